@@ -1,0 +1,48 @@
+# coreinv: two commands do everything on a fresh machine.
+#   make book   install, export the library, run every chapter at the `book` preset, build _build/html
+#   make test   install, then the checks: export in sync, notebook hygiene, unit tests,
+#               nbval over nbs/ at the `ci` preset, and a clean render of the committed book
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+export MPLBACKEND := Agg
+export PYTHONHASHSEED := 0
+
+.PHONY: install export book publish test test-fast nbs clean help
+help:
+	@grep -E '^#  ' Makefile
+
+$(STAMP): requirements.txt setup.py settings.ini
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements.txt 2>&1 | { grep -v 'is ignored: it is neither' || true; }
+	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e . 2>&1 | { grep -v 'is ignored: it is neither' || true; }
+	touch $(STAMP)
+
+install: $(STAMP)
+
+export: install
+	$(BIN)/nbdev_export
+
+# The main job. Results go to _build/results so a build never touches tracked files;
+# `make publish` copies them, and the executed notebooks' outputs, into the repo.
+book: export
+	COREINV_PRESET=book COREINV_RESULTS_DIR=$(CURDIR)/_build/results \
+	  $(BIN)/jupyter-book build . --keep-going
+	@echo "book: $(CURDIR)/_build/html/index.html"
+
+publish: book
+	$(BIN)/python tools/notebooks.py publish --cache _build/.jupyter_cache --results _build/results/book
+
+test: install
+	COREINV_PRESET=ci $(BIN)/python -m pytest
+
+# Re-run one notebook in place at the book preset and tidy it (for authors): make nbs NB=nbs/00_presets.ipynb
+nbs: export
+	COREINV_PRESET=$${COREINV_PRESET:-book} $(BIN)/python tools/notebooks.py run $(NB)
+
+clean:
+	rm -rf _build

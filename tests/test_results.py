@@ -1,0 +1,47 @@
+"""Results files and the paper values: every committed results file is complete, names only known
+claim ids, and has no failing required claim; the scorecard rows are exactly its claims."""
+import json
+
+import pytest
+
+from coreinv.presets import PRESET_NAMES, preset_name
+from coreinv.results import load_results, paper_values, scorecard_rows
+from helpers import REPO
+
+PAPER = paper_values()
+COMMITTED = [(preset, chapter) for preset in ("book", "paper")
+             for chapter in load_results(preset, REPO / "results")]
+
+
+def test_paper_values_are_complete():
+    assert PAPER, "results/paper_values.json is empty"
+    for cid, v in PAPER.items():
+        assert cid.count(".") == 1, cid
+        assert {"claim", "paper", "source"} <= set(v), cid
+
+
+@pytest.mark.parametrize("preset, chapter", COMMITTED)
+def test_committed_results(preset, chapter):
+    res = load_results(preset, REPO / "results")[chapter]
+    assert res["preset"] == preset and res["chapter"] == chapter
+    assert {"claims", "config", "seeds", "versions", "device", "wall_time_s"} <= set(res)
+    assert res["claims"], "a results file without claims"
+    for c in res["claims"]:
+        assert set(c) == {"id", "claim", "paper", "measured", "threshold", "passed", "required"}
+        assert c["id"] in PAPER and c["id"].startswith(chapter + "."), c["id"]
+        assert c["claim"] == PAPER[c["id"]]["claim"], f"{c['id']}: claim text differs from paper_values.json"
+        assert isinstance(c["passed"], bool)
+        assert not (c["required"] and not c["passed"]), f"required claim {c['id']} failed"
+    rows = [r for r in scorecard_rows(preset, REPO / "results") if r["chapter"] == chapter]
+    assert [r["id"] for r in rows] == [c["id"] for c in res["claims"]]
+
+
+def test_preset_names():
+    assert set(PRESET_NAMES) == {"ci", "book", "paper"}
+    with pytest.raises(ValueError, match="unknown preset"):
+        preset_name("huge")
+
+
+def test_results_files_are_strict_json():
+    for p in (REPO / "results").rglob("*.json"):
+        json.loads(p.read_text(), parse_constant=lambda c: pytest.fail(f"{p} holds {c}"))

@@ -1,0 +1,181 @@
+"""The project's notebook hygiene policy, and the commands that keep notebooks to it.
+
+Policy (checked by `make test`, through tests/test_notebooks.py):
+  * Every notebook in nbs/ is committed *executed*, top to bottom, in one clean run: its code
+    cells carry execution counts 1, 2, 3, ... in order, so nbval can re-run them and the book
+    and any notebook viewer show real outputs. Chapters carry the outputs of their `book` run.
+    Cells tagged `gpu` may be unexecuted (no count, no outputs) when that run had no GPU.
+  * No error outputs.
+  * Metadata is cleaned: the notebook keeps only `kernelspec` (python3) and `language_info.name`;
+    cells keep only their `tags`. Timing, widget state, trust signatures and editor state go.
+  * We never use `nbdev_clean`: it nulls execution counts, and nbval then fails stored outputs.
+
+Commands:
+  python tools/notebooks.py check [NB ...]      report policy breaches (exit 1 if any)
+  python tools/notebooks.py fix [NB ...]        clean metadata in place (outputs and counts kept)
+  python tools/notebooks.py run NB [NB ...]     execute in place at $COREINV_PRESET, then fix
+  python tools/notebooks.py publish --cache DIR --results DIR
+                                                copy a `make book` run's outputs into nbs/ and
+                                                its results into results/book/
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import nbformat
+
+REPO = Path(__file__).resolve().parents[1]
+GPU_TAG = "gpu"
+MAX_BYTES = 6_000_000
+_NB_META_KEEP = {"kernelspec", "language_info"}
+
+
+def notebooks(paths=()) -> list[Path]:
+    if paths:
+        return [Path(p) for p in paths]
+    return sorted(p for p in (REPO / "nbs").rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
+
+
+def is_gpu(cell) -> bool:
+    return GPU_TAG in cell.get("metadata", {}).get("tags", [])
+
+
+def problems(path: Path) -> list[str]:
+    "Every breach of the policy in one notebook, as readable sentences."
+    out = []
+    raw = path.read_bytes()
+    if len(raw) > MAX_BYTES:
+        out.append(f"is {len(raw) / 1e6:.1f} MB (limit {MAX_BYTES / 1e6:.0f} MB): shrink figures or outputs")
+    nb = nbformat.reads(raw.decode("utf-8"), as_version=4)
+    try:
+        nbformat.validate(nb)
+    except nbformat.ValidationError as e:
+        out.append(f"is not valid nbformat: {e.message}")
+    extra = set(nb.metadata) - _NB_META_KEEP
+    if extra:
+        out.append(f"has notebook metadata {sorted(extra)} (run tools/notebooks.py fix)")
+    if nb.metadata.get("kernelspec", {}).get("name") != "python3":
+        out.append("kernelspec is not python3")
+    if set(nb.metadata.get("language_info", {})) - {"name"}:
+        out.append("language_info has more than its name (run tools/notebooks.py fix)")
+    expected = 1
+    for i, cell in enumerate(nb.cells, start=1):
+        where = f"cell {i}"
+        if set(cell.metadata) - {"tags"}:
+            out.append(f"{where} has metadata {sorted(set(cell.metadata) - {'tags'})} (run fix)")
+        if cell.cell_type != "code":
+            continue
+        count = cell.get("execution_count")
+        if any(o.get("output_type") == "error" for o in cell.outputs):
+            out.append(f"{where} has an error output")
+        if count is None:
+            if cell.outputs:
+                out.append(f"{where} has outputs but no execution count (nbval fails such cells)")
+            if not is_gpu(cell) and cell.source.strip():
+                out.append(f"{where} was not executed: commit notebooks after a clean top-to-bottom run")
+            continue
+        if count != expected:
+            out.append(f"{where} has execution count {count}, expected {expected}: "
+                       "re-run the notebook top to bottom (tools/notebooks.py run)")
+            expected = count
+        expected += 1
+    return out
+
+
+def fix(path: Path) -> bool:
+    "Clean metadata in place; return True if the file changed."
+    before = path.read_text(encoding="utf-8")
+    nb = nbformat.reads(before, as_version=4)
+    nb.metadata = nbformat.NotebookNode(
+        {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+         "language_info": {"name": "python"}})
+    for cell in nb.cells:
+        tags = cell.metadata.get("tags")
+        cell.metadata = nbformat.NotebookNode({"tags": tags} if tags else {})
+        if cell.cell_type == "code":
+            for o in cell.outputs:
+                if o.get("output_type") == "stream" and "\r" in o.get("text", ""):
+                    o["text"] = _squash_carriage_returns(o["text"])
+    after = nbformat.writes(nb) + "\n"
+    if after != before:
+        path.write_text(after, encoding="utf-8")
+    return after != before
+
+
+def _squash_carriage_returns(text: str) -> str:
+    "Keep what a terminal would show of progress bars: the text after each line's last \\r."
+    return "\n".join(line.rsplit("\r", 1)[-1] for line in text.split("\n"))
+
+
+def run(path: Path, timeout: int = 3600) -> None:
+    "Execute a notebook in place from a fresh kernel, skipping `gpu` cells without a GPU."
+    sys.path.insert(0, str(REPO / "_ext"))
+    from coreinv_book import _skip_gpu_cells_without_cuda
+    from nbclient import NotebookClient
+    _skip_gpu_cells_without_cuda()
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:  # start clean: a skipped gpu cell must not keep stale outputs
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    nbformat.write(nb, path)
+    fix(path)
+
+
+def publish(cache: Path, results: Path) -> None:
+    "Merge the outputs a `make book` run cached into nbs/, and copy its results to results/book/."
+    from jupyter_cache import get_cache
+    jc = get_cache(cache)
+    for path in notebooks():
+        nb = nbformat.read(path, as_version=4)
+        try:
+            _, merged = jc.merge_match_into_notebook(nb)
+        except KeyError:
+            print(f"skip {path.relative_to(REPO)}: not in the book's cache (not in _toc.yml?)")
+            continue
+        nbformat.write(merged, path)
+        fix(path)
+        print(f"outputs  {path.relative_to(REPO)}")
+    dest = REPO / "results" / "book"
+    dest.mkdir(parents=True, exist_ok=True)
+    for f in sorted(Path(results).glob("*.json")):
+        shutil.copy2(f, dest / f.name)
+        print(f"results  {(dest / f.name).relative_to(REPO)}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for name in ("check", "fix", "run"):
+        p = sub.add_parser(name)
+        p.add_argument("paths", nargs="*")
+    p = sub.add_parser("publish")
+    p.add_argument("--cache", type=Path, required=True)
+    p.add_argument("--results", type=Path, required=True)
+    a = ap.parse_args(argv)
+    if a.cmd == "check":
+        bad = {p: problems(p) for p in notebooks(a.paths)}
+        for p, msgs in bad.items():
+            for m in msgs:
+                print(f"{p}: {m}")
+        return 1 if any(bad.values()) else 0
+    if a.cmd == "fix":
+        for p in notebooks(a.paths):
+            if fix(p):
+                print(f"fixed {p}")
+    elif a.cmd == "run":
+        for p in notebooks(a.paths):
+            print(f"running {p}", flush=True)
+            run(p)
+    elif a.cmd == "publish":
+        publish(a.cache, a.results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
