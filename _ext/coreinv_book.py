@@ -5,6 +5,7 @@ Three jobs, each small:
 1. nbdev directives. Notebook cells start with nbdev's `#| ...` lines. The book shows cells
    without them, and drops cells marked `#| hide` (and cells left empty, such as
    `#| default_exp`), so the notebooks need no Jupyter Book `remove-*` tags of their own.
+   A cell that only calls `show_doc(...)` shows its output (the signature) alone.
 2. GPU cells. A code cell tagged `gpu` runs only when `coreinv.presets.has_gpu()` is true.
    Otherwise the book's executor leaves it unexecuted, and any `gpu` cell without outputs
    gets a visible "needs a GPU" note. nbval's side of the same rule is in `conftest.py`.
@@ -23,6 +24,7 @@ from sphinx.util.docutils import SphinxDirective
 GPU_TAG = "gpu"
 _DIRECTIVE = re.compile(r"^\s*#\|")
 _HIDE = re.compile(r"^\s*#\|\s*(hide|exporti|exec_doc)\s*$")  # cells nbdev keeps out of docs
+_SHOW_DOC = re.compile(r"^\s*show_doc\(")  # a show_doc cell shows its output (the signature) only
 
 
 # 1. nbdev directives -------------------------------------------------------------------
@@ -30,17 +32,19 @@ def _is_code_cell(node) -> bool:
     return isinstance(node, nodes.container) and node.get("nb_element") == "cell_code"
 
 
-def _strip_nbdev_directives(app, doctree) -> None:
+def _tidy_cell_sources(app, doctree) -> None:
     for cell in list(doctree.findall(_is_code_cell)):
         for block in list(cell.findall(nodes.literal_block)):
+            if "cell_input" not in block.parent.get("classes", []):
+                continue  # an output, not the cell's source
             lines = block.astext().splitlines()
-            if not any(_DIRECTIVE.match(l) for l in lines):
+            if not any(_DIRECTIVE.match(l) or _SHOW_DOC.match(l) for l in lines):
                 continue
             if any(_HIDE.match(l) for l in lines):
                 cell.parent.remove(cell)
                 break
             kept = "\n".join(l for l in lines if not _DIRECTIVE.match(l)).strip("\n")
-            if kept:
+            if kept and not all(_SHOW_DOC.match(l) for l in kept.splitlines()):
                 new = nodes.literal_block(kept, kept, **{k: v for k, v in block.attributes.items()
                                                         if k not in ("ids", "backrefs")})
                 block.replace_self(new)
@@ -166,7 +170,7 @@ def setup(app):
     app.add_transform(_DropNestedTransitions)
     app.add_node(scorecard_placeholder)
     app.add_directive("scorecard", ScorecardDirective)
-    app.connect("doctree-read", _strip_nbdev_directives)
+    app.connect("doctree-read", _tidy_cell_sources)
     app.connect("doctree-read", _note_unexecuted_gpu_cells)
     app.connect("doctree-resolved", _fill_scorecards)
     app.connect("env-get-outdated", _scorecard_depends_on_results)
