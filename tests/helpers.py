@@ -30,3 +30,13 @@ def make_notebook(path: Path, cells) -> Path:
         nb.cells.append(cell)
     nbformat.write(nb, path)
     return path
+
+
+def toc_files() -> list[str]:
+    "Every page of the book, in _toc.yml order (paths without suffix)."
+    import yaml
+    toc = yaml.safe_load((REPO / "_toc.yml").read_text())
+    files = [toc["root"]]
+    for part in toc.get("parts", []):
+        files += [c["file"] for c in part["chapters"]]
+    return files

@@ -1,0 +1,19 @@
+import pytest
+
+from helpers import BIN, REPO, run
+
+
+@pytest.fixture(scope="session")
+def book_html(tmp_path_factory):
+    """The book rendered from the committed notebooks, without executing them, into a clean
+    folder, with warnings as errors (`-W -n --keep-going`); returns the HTML folder."""
+    out = tmp_path_factory.mktemp("book")
+    config = (REPO / "_config.yml").read_text()
+    config = config.replace("execute_notebooks: cache", "execute_notebooks: \"off\"")
+    config = config.replace("coreinv_book: _ext", f"coreinv_book: {REPO / '_ext'}")
+    assert "execute_notebooks: \"off\"" in config and str(REPO / "_ext") in config
+    (out / "_config.yml").write_text(config)
+    r = run([BIN / "jupyter-book", "build", str(REPO), "--config", str(out / "_config.yml"),
+             "--path-output", str(out), "-W", "-n", "--keep-going"])
+    assert r.returncode == 0, r.stdout[-5000:]
+    return out / "_build" / "html"
