@@ -115,8 +115,7 @@ class ScorecardDirective(SphinxDirective):
         return [node]
 
 
-_COLUMNS = [("id", 14), ("claim", 34), ("paper", 14), ("measured", 16), ("threshold", 14),
-            ("kind", 8), ("status", 8)]
+_COLUMNS = [("claim", 40), ("paper", 14), ("measured", 22), ("threshold", 16), ("status", 8)]
 
 
 def _table(rows) -> nodes.table:
@@ -129,26 +128,28 @@ def _table(rows) -> nodes.table:
     group += head
     group += body
 
-    def row(values, classes=()):
+    def row(cells, classes=()):
         r = nodes.row(classes=list(classes))
-        for v in values:
-            r += nodes.entry("", nodes.paragraph("", str(v)))
+        for c in cells:
+            r += nodes.entry("", *(c if isinstance(c, list) else [nodes.paragraph("", str(c))]))
         return r
 
     head += row([name for name, _ in _COLUMNS])
     for rw in rows:
-        body += row([rw[name] for name, _ in _COLUMNS], classes=[f"status-{rw['status'].replace(' ', '-')}"])
+        claim = [nodes.paragraph("", "", nodes.literal("", rw["id"])), nodes.paragraph("", rw["claim"])]
+        status = [nodes.paragraph("", rw["status"]), nodes.paragraph("", f"({rw['kind']})")]
+        body += row([claim, rw["paper"], rw["measured"], rw["threshold"], status],
+                    classes=[f"status-{rw['status'].replace(' ', '-')}"])
     return table
 
 
 def _fill_scorecards(app, doctree, docname) -> None:
-    from coreinv.results import results_root, scorecard_rows
+    from coreinv.results import scorecard_rows
     for node in list(doctree.findall(scorecard_placeholder)):
         rows = scorecard_rows(node["preset"])
         if not rows:
-            where = results_root() / node["preset"]
-            node.replace_self(nodes.paragraph("", f"No results at preset {node['preset']!r} yet "
-                                              f"(looked in {where})."))
+            node.replace_self(nodes.paragraph("", f"No results at preset {node['preset']!r} yet: "
+                                              f"no results/{node['preset']}/*.json was written."))
             continue
         out = []
         for chapter in dict.fromkeys(r["chapter"] for r in rows):

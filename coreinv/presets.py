@@ -75,6 +75,43 @@ def sizes(chapter: str, preset: str | None = None) -> Sizes:
         raise ValueError(f"no sizes registered for {chapter!r}; known: {', '.join(sorted(_SIZES))}")
     return Sizes(chapter, preset, _SIZES[chapter][preset])
 
+# %% ../nbs/00_presets.ipynb #ac60a00a
+# Markov spectra (paper A, result A1). ci: 2 seeds per chain, short training, looser thresholds, for the
+# tests (about 3 min); book: 5 seeds per chain, the prototype's sizes, the brief's thresholds; paper: 10 seeds.
+_markov_model = dict(d_model=64, n_heads=4, d_mlp=256, seq_len=32, lr=3e-3, ks=[1, 2, 3, 4, 5, 6], n_alpha=11)
+register("markov",
+         ci=_markov_model | dict(n_seeds=2, n_ln_seeds=1, steps=250, batch=64, log_every=25,
+                                 n_eval=256, n_ace=32, n_op=1024,
+                                 thr_kl=0.03, thr_sigma4=0.05, thr_suff=0.03, thr_necessary=0.7,
+                                 thr_eig=0.06, thr_cca=0.95, thr_overlap_factor=3.0),
+         book=_markov_model | dict(n_seeds=5, n_ln_seeds=1, steps=600, batch=128, log_every=50,
+                                   n_eval=512, n_ace=128, n_op=2048,
+                                   thr_kl=0.01, thr_sigma4=0.01, thr_suff=0.01, thr_necessary=0.8,
+                                   thr_eig=0.02, thr_cca=0.98, thr_overlap_factor=2.0),
+         paper=_markov_model | dict(n_seeds=10, n_ln_seeds=3, steps=1000, batch=128, log_every=50,
+                                    n_eval=1024, n_ace=256, n_op=4096,
+                                    thr_kl=0.01, thr_sigma4=0.01, thr_suff=0.01, thr_necessary=0.8,
+                                    thr_eig=0.02, thr_cca=0.98, thr_overlap_factor=2.0))
+
+# %% ../nbs/00_presets.ipynb #c25f9b8d
+# grokking: a + b mod p, two-layer HookedTransformers, full-batch AdamW (chapter "grokking core inflation").
+# ci: the whole chapter in ~3 min on 2 shared cores (one short run that groks, a 2 × 2 sweep that mostly
+#     does not grok in its tiny budget); book: the main run to ~8 τ_grok and a 3 × 3 sweep of (ω, p),
+#     ≤ 30 min on 2 cores; paper: Nanda et al.'s p = 113 and a 5 × 5 × 3-seed sweep, for a GPU.
+register("grokking",
+    ci=dict(p=31, train_frac=0.5, n_layers=2, d_model=32, n_heads=4, d_mlp=128, lr=3e-3, weight_decay=2.0,
+            seed=0, steps=800, log_every=10, snapshot_every=50, checkpoint_every=200, n_analyse=6,
+            sweep_omegas=(2.0, 4.0), sweep_ps=(23, 31), sweep_seeds=(0,), sweep_max_steps=150,
+            sweep_d_model=32, sweep_d_mlp=128),
+    book=dict(p=31, train_frac=0.5, n_layers=2, d_model=32, n_heads=4, d_mlp=128, lr=3e-3, weight_decay=2.0,
+              seed=0, steps=4000, log_every=10, snapshot_every=50, checkpoint_every=500, n_analyse=30,
+              sweep_omegas=(1.0, 2.0, 4.0), sweep_ps=(23, 31, 43), sweep_seeds=(0,), sweep_max_steps=1500,
+              sweep_d_model=32, sweep_d_mlp=128),
+    paper=dict(p=113, train_frac=0.3, n_layers=2, d_model=128, n_heads=4, d_mlp=512, lr=1e-3, weight_decay=1.0,
+               seed=0, steps=40000, log_every=50, snapshot_every=500, checkpoint_every=2000, n_analyse=40,
+               sweep_omegas=(0.3, 0.5, 1.0, 2.0, 3.0), sweep_ps=(53, 67, 83, 97, 113), sweep_seeds=(0, 1, 2),
+               sweep_max_steps=30000, sweep_d_model=128, sweep_d_mlp=512))
+
 # %% ../nbs/00_presets.ipynb #dfed8e71
 def device(override: str | None = None) -> torch.device:
     "The torch device to use: `override`, else `$COREINV_DEVICE`, else CUDA if available, else CPU."

@@ -16,8 +16,8 @@ from typing import Any
 from .presets import device, preset_name
 
 # %% auto #0
-__all__ = ['RESULTS_ENV', 'results_root', 'paper_values', 'Claim', 'check', 'assert_required', 'write_results', 'load_results',
-           'scorecard_rows']
+__all__ = ['RESULTS_ENV', 'CHAPTERS', 'results_root', 'paper_values', 'Claim', 'check', 'assert_required', 'write_results',
+           'load_results', 'scorecard_rows']
 
 # %% ../nbs/01_results.ipynb #0533ddd3
 RESULTS_ENV = "COREINV_RESULTS_DIR"
@@ -79,6 +79,7 @@ def assert_required(claims: list[Claim]) -> None:
 
 # %% ../nbs/01_results.ipynb #28ed61ff
 _VERSIONED = ("torch", "numpy", "scipy", "transformer-lens", "coreinv")
+CHAPTERS = ("markov", "grokking", "agreement", "sae_gap")  # the book's order; others follow by name
 
 
 def _jsonable(x: Any) -> Any:
@@ -118,9 +119,10 @@ def write_results(chapter: str, claims: list[Claim], *, config: dict, seeds: lis
 
 
 def load_results(preset: str, root: Path | None = None) -> dict[str, dict]:
-    "Every chapter's results at `preset`, keyed by chapter name (empty if none were written)."
+    "Every chapter's results at `preset`, keyed by chapter name in book order (empty if none were written)."
     folder = Path(root or results_root()) / preset
-    return {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.glob("*.json"))}
+    order = lambda p: (CHAPTERS.index(p.stem) if p.stem in CHAPTERS else len(CHAPTERS), p.stem)
+    return {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.glob("*.json"), key=order)}
 
 # %% ../nbs/01_results.ipynb #9fbc7889
 def scorecard_rows(preset: str, root: Path | None = None) -> list[dict[str, str]]:

@@ -72,3 +72,10 @@ def test_fix_cleans_metadata_and_keeps_outputs(tmp_path):
 
 def test_progress_bars_are_squashed():
     assert policy._squash_carriage_returns("10%\r50%\r100%|done\nnext") == "100%|done\nnext"
+
+
+def test_progress_bar_messages_are_joined():
+    stream = lambda t: nbformat.v4.new_output("stream", name="stderr", text=t)
+    out = policy._coalesce_streams([stream("bar   0%"), stream("\rbar  50%"), stream("\rbar 100%\n"),
+                                    nbformat.v4.new_output("stream", name="stdout", text="done\n")])
+    assert [o["text"] for o in out] == ["bar 100%\n", "done\n"]

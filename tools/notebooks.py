@@ -97,13 +97,26 @@ def fix(path: Path) -> bool:
         tags = cell.metadata.get("tags")
         cell.metadata = nbformat.NotebookNode({"tags": tags} if tags else {})
         if cell.cell_type == "code":
-            for o in cell.outputs:
-                if o.get("output_type") == "stream" and "\r" in o.get("text", ""):
-                    o["text"] = _squash_carriage_returns(o["text"])
+            cell.outputs = _coalesce_streams(cell.outputs)
     after = nbformat.writes(nb) + "\n"
     if after != before:
         path.write_text(after, encoding="utf-8")
     return after != before
+
+
+def _coalesce_streams(outputs: list) -> list:
+    "Join consecutive outputs of one stream, then keep only what a terminal shows of progress bars."
+    out = []
+    for o in outputs:
+        if (o.get("output_type") == "stream" and out and out[-1].get("output_type") == "stream"
+                and out[-1]["name"] == o["name"]):
+            out[-1]["text"] += o["text"]
+        else:
+            out.append(o)
+    for o in out:
+        if o.get("output_type") == "stream" and "\r" in o["text"]:
+            o["text"] = _squash_carriage_returns(o["text"])
+    return out
 
 
 def _squash_carriage_returns(text: str) -> str:
