@@ -8,6 +8,7 @@ import math
 import os
 import warnings
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,16 @@ def _save_atomic(obj: Any, path: Path) -> None:
     os.replace(tmp, path)
 
 
+@contextmanager
+def _one_thread_on_cpu(model: torch.nn.Module):
+    "Run the enclosed steps on one CPU thread when `model` is on the CPU; restore the thread count after."
+    on_cpu = all(p.device.type == "cpu" for p in model.parameters())
+    n = torch.get_num_threads()
+    if on_cpu: torch.set_num_threads(1)
+    try: yield
+    finally: torch.set_num_threads(n)
+
+
 def train(model: torch.nn.Module, batch_fn: Callable[[torch.Generator], Any],
           loss_fn: Callable[[torch.nn.Module, Any], Tensor], steps: int, *, lr: float = 1e-3,
           betas: tuple[float, float] = (0.9, 0.98), weight_decay: float = 0.0,
@@ -112,7 +123,7 @@ def train(model: torch.nn.Module, batch_fn: Callable[[torch.Generator], Any],
     gen = torch.Generator().manual_seed(seed)
     log, start = TrainLog(), 0
     path = Path(checkpoint_dir) / CHECKPOINT_NAME if checkpoint_dir is not None else None
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), _one_thread_on_cpu(model):
         torch.manual_seed(seed)
         if path is not None and path.exists():
             ck = torch.load(path, weights_only=False, map_location="cpu")

@@ -116,3 +116,17 @@ def test_core_report(chain, trained):
     assert len(r["eigenvalues"]) == 3 and r["eig_error"] < 0.3
     with pytest.raises(ValueError):                    # linear readout: the Gramian form vanishes
         markov_core_report(m, chain, ev[:8], ev, ev, ks=(3,), gramian=True)
+
+
+def test_training_is_deterministic_with_two_threads():
+    "With two CPU threads two runs of one seed ended with different weights here; train runs CPU steps on one thread."
+    n = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        T = markov_chain([0.6, 0.3, -0.2], stationary=[0.4, 0.3, 0.2, 0.1])
+        a, _ = train_markov(T, seed=0, steps=20, d_model=32, seq_len=16, batch=64)
+        b, _ = train_markov(T, seed=0, steps=20, d_model=32, seq_len=16, batch=64)
+        assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+        assert torch.get_num_threads() == 2, "train must restore the thread count"
+    finally:
+        torch.set_num_threads(n)
