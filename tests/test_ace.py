@@ -165,11 +165,11 @@ def _readout(logits, toks):                       # [b, pos, vocab] → [b, pos,
     return logits.log_softmax(-1)[..., :3]
 
 
-def _brute_force_M(model, tokens, hook, t):
+def _brute_force_jacobians(model, tokens, hook, t):
+    "Centred activations H̃ [N, D] at position t and each sample's Jacobian J_n [3, D] by plain autograd."
     acts, _ = record_activation(model, hook, tokens)
     H = acts[:, t].double()
-    Ht = H - H.mean(0)
-    M = torch.zeros(H.shape[1], 3, dtype=F64)
+    Js = []
     for n in range(len(tokens)):
         def yn(hn, n=n):
             def sub(act):
@@ -177,9 +177,13 @@ def _brute_force_M(model, tokens, hook, t):
             with replace_activation(model, hook, sub):
                 y = _readout(model(tokens[n:n + 1]), None)[0, t]
             return y - y.mean()
-        J = torch.autograd.functional.jacobian(yn, H[n]).double()
-        M += torch.outer(Ht[n], J @ Ht[n]) / len(tokens)
-    return M
+        Js.append(torch.autograd.functional.jacobian(yn, H[n]).double())   # [3, D]: rows are g_{n,o}
+    return H - H.mean(0), Js
+
+
+def _brute_force_M(model, tokens, hook, t):
+    Ht, Js = _brute_force_jacobians(model, tokens, hook, t)
+    return sum(torch.outer(h, J @ h) for h, J in zip(Ht, Js)) / len(Js)
 
 
 def test_fit_hook_matches_brute_force_through_later_blocks(tl_model):
@@ -195,20 +199,9 @@ def test_gramian_fit_hook_matches_brute_force(tl_model):
     model, tokens = tl_model
     hook, t = "blocks.0.hook_resid_post", 2
     ace = ACE(method="gramian", batch_size=5).fit_hook(model, tokens, hook, _readout, pos=t)
-    acts, _ = record_activation(model, hook, tokens)
-    H = acts[:, t].double()
-    Ht = H - H.mean(0)
-    C = torch.zeros(3, H.shape[1], H.shape[1], dtype=F64)
-    for n in range(len(tokens)):
-        def yn(hn, n=n):
-            def sub(act):
-                act = act.clone(); act[:, t] = hn.float(); return act
-            with replace_activation(model, hook, sub):
-                y = _readout(model(tokens[n:n + 1]), None)[0, t]
-            return y - y.mean()
-        J = torch.autograd.functional.jacobian(yn, H[n]).double()      # [3, D]: rows are g_{n,o}
-        C += torch.einsum("d,oe->ode", Ht[n], J) / len(tokens)
-    S = torch.linalg.svdvals(C.permute(1, 0, 2).reshape(H.shape[1], -1))
+    Ht, Js = _brute_force_jacobians(model, tokens, hook, t)
+    C = sum(torch.einsum("d,oe->ode", h, J) for h, J in zip(Ht, Js)) / len(Js)   # [3, D, D]
+    S = torch.linalg.svdvals(C.permute(1, 0, 2).reshape(Ht.shape[1], -1))
     assert torch.allclose(ace.singular_values_, S[:ace.rank_], rtol=1e-3, atol=1e-6 * S[0])
 
 
