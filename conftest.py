@@ -5,7 +5,7 @@ GPU cells: a notebook cell tagged `gpu` is skipped (and counted as skipped) unle
 """
 import pytest
 
-GPU_TAG = "gpu"
+from coreinv.presets import GPU_TAG
 
 
 def gpu_skip_marker(item, gpu_available: bool):

@@ -1,30 +1,92 @@
 """Sphinx glue for the coreinv book (Jupyter Book 1 loads it as a local extension).
 
-Three jobs, each small:
+This module is the one home of the book's notebook rules. `tools/notebooks.py` and the tests import
+its public functions; nothing else re-implements them.
 
 1. nbdev directives. Notebook cells start with nbdev's `#| ...` lines. The book shows cells
    without them, and drops cells marked `#| hide` (and cells left empty, such as
    `#| default_exp`), so the notebooks need no Jupyter Book `remove-*` tags of their own.
    A cell that only calls `show_doc(...)` shows its output (the signature) alone.
-2. GPU cells. A code cell tagged `gpu` runs only when `coreinv.presets.has_gpu()` is true.
-   Otherwise the book's executor leaves it unexecuted, and any `gpu` cell without outputs
+2. GPU cells. A code cell tagged `gpu` (`coreinv.presets.GPU_TAG`) runs only when
+   `coreinv.presets.has_gpu()` is true. Otherwise the notebook reader gives it nbclient's own
+   skip tag (`skip-execution`), so the executor passes over it, and any `gpu` cell without outputs
    gets a visible "needs a GPU" note. nbval's side of the same rule is in `conftest.py`.
-3. The scorecard. The `{scorecard}` directive renders `coreinv.results.scorecard_rows` at
+3. Outputs as a reader sees them. Progress bars write `\\r` updates; the book shows what a terminal
+   would show (the final state), not one line per update. Figures: the kernels that execute the
+   book always draw with the inline backend, whatever `MPLBACKEND` the caller exported.
+4. Re-execution when the code changes. Jupyter Book's cache keys a notebook on its own cells only.
+   Here the cache is also keyed on `coreinv.results.provenance()` (the library's source, the
+   installed packages) and on the device: when that key changes, every notebook is re-executed.
+5. The scorecard. The `{scorecard}` directive renders `coreinv.results.scorecard_rows` at
    build time, after every chapter has been read (and so executed), so no measured number
    is typed into a page by hand.
 """
 from __future__ import annotations
 
+import os
 import re
+import shutil
+from pathlib import Path
 
+import nbformat
 from docutils import nodes
 from docutils.transforms import Transform
+from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
-GPU_TAG = "gpu"
+from coreinv.presets import GPU_TAG, has_gpu
+
+LOGGER = logging.getLogger(__name__)
+SKIP_TAG = "skip-execution"  # nbclient's default `skip_cells_with_tag`
+INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
+KEY_FILE = "coreinv-code-key"
 _DIRECTIVE = re.compile(r"^\s*#\|")
 _HIDE = re.compile(r"^\s*#\|\s*(hide|exporti|exec_doc)\s*$")  # cells nbdev keeps out of docs
 _SHOW_DOC = re.compile(r"^\s*show_doc\(")  # a show_doc cell shows its output (the signature) only
+
+
+# Shared notebook rules (also used by tools/notebooks.py) ------------------------------------
+def mark_gpu_cells(nb: nbformat.NotebookNode, gpu: bool | None = None) -> nbformat.NotebookNode:
+    "Give `gpu` cells nbclient's skip tag when there is no GPU (`gpu=None`: ask `has_gpu()`)."
+    if gpu is None:
+        gpu = has_gpu()
+    for cell in nb.cells:
+        tags = cell.get("metadata", {}).get("tags", [])
+        if not gpu and GPU_TAG in tags and SKIP_TAG not in tags:
+            cell.metadata["tags"] = [*tags, SKIP_TAG]
+    return nb
+
+
+def read_notebook(text: str) -> nbformat.NotebookNode:
+    "The book's `.ipynb` reader: nbformat's, plus `mark_gpu_cells`."
+    return mark_gpu_cells(nbformat.reads(text, as_version=nbformat.NO_CONVERT))
+
+
+def squash_progress(text: str) -> str:
+    """What a terminal shows of `text`: each line keeps what follows its last `\\r`; lines that a
+    progress bar cleared (only blanks after a `\\r`) are dropped."""
+    out = []
+    for line in text.split("\n"):
+        shown = line.rsplit("\r", 1)[-1]
+        if "\r" in line and not shown.strip():
+            continue
+        out.append(shown)
+    return "\n".join(out)
+
+
+def coalesce_streams(outputs: list) -> list:
+    "Join consecutive outputs of one stream, then `squash_progress` each stream's text."
+    out = []
+    for o in outputs:
+        if (o.get("output_type") == "stream" and out and out[-1].get("output_type") == "stream"
+                and out[-1]["name"] == o["name"]):
+            out[-1]["text"] += o["text"]
+        else:
+            out.append(o)
+    for o in out:
+        if o.get("output_type") == "stream" and "\r" in o["text"]:
+            o["text"] = squash_progress(o["text"])
+    return out
 
 
 # 1. nbdev directives -------------------------------------------------------------------
@@ -68,23 +130,10 @@ class _DropNestedTransitions(Transform):
 
 
 # 2. GPU cells ------------------------------------------------------------------------------
-def _skip_gpu_cells_without_cuda() -> None:
-    """Make nbclient (the book's executor, running in this process) pass over `gpu` cells."""
-    from coreinv.presets import has_gpu
-    if has_gpu():
-        return
-    from nbclient.client import NotebookClient
-    if getattr(NotebookClient, "_coreinv_gpu_skip", False):
-        return
-    run_cell = NotebookClient.async_execute_cell
-
-    async def async_execute_cell(self, cell, cell_index, execution_count=None, store_history=True):
-        if GPU_TAG in cell.metadata.get("tags", []):
-            return cell  # left as it is: unexecuted, no outputs
-        return await run_cell(self, cell, cell_index, execution_count, store_history)
-
-    NotebookClient.async_execute_cell = async_execute_cell
-    NotebookClient._coreinv_gpu_skip = True
+def _use_our_reader(app, config) -> None:
+    formats = dict(config.nb_custom_formats or {})
+    formats.setdefault(".ipynb", "coreinv_book.read_notebook")
+    config.nb_custom_formats = formats
 
 
 def _note_unexecuted_gpu_cells(app, doctree) -> None:
@@ -100,18 +149,92 @@ def _note_unexecuted_gpu_cells(app, doctree) -> None:
             cell += note
 
 
-# 3. The scorecard --------------------------------------------------------------------------
+# 3. Outputs as a reader sees them ----------------------------------------------------------
+def _stream_kind(node) -> str | None:
+    if isinstance(node, nodes.literal_block):
+        classes = node.get("classes", [])
+        if "output" in classes and ("stream" in classes or "stderr" in classes):
+            return "stderr" if "stderr" in classes else "stdout"
+    return None
+
+
+def _squash_stream_outputs(app, doctree) -> None:
+    """Join consecutive stream blocks of one cell output and show their terminal state
+    (`nb_merge_streams` is off: myst-nb's merge puts each progress-bar update on its own line)."""
+    for container in list(doctree.findall(nodes.container)):
+        if "cell_output" not in container.get("classes", []):
+            continue
+        children = list(container.children)
+        i = 0
+        while i < len(children):
+            kind = _stream_kind(children[i])
+            if kind is None:
+                i += 1
+                continue
+            j = i + 1
+            while j < len(children) and _stream_kind(children[j]) == kind:
+                j += 1
+            text = squash_progress("".join(c.astext() for c in children[i:j])).rstrip("\n")
+            first = children[i]
+            for extra in children[i + 1:j]:
+                container.remove(extra)
+            if text.strip():
+                new = nodes.literal_block(text, text, **{k: v for k, v in first.attributes.items()
+                                                        if k not in ("ids", "backrefs")})
+                first.replace_self(new)
+            else:
+                container.remove(first)
+            children = list(container.children)
+            i += 1 if text.strip() else 0
+
+
+# 4. Re-execution when the code changes ----------------------------------------------------
+def execution_key() -> str:
+    "The key that the book's notebook cache is valid for: the code's provenance and the device."
+    from coreinv.results import provenance
+    return f"{provenance()['key']}-{'gpu' if has_gpu() else 'cpu'}"
+
+
+def _invalidate_cache_on_new_code(app) -> None:
+    config = app.env.mystnb_config
+    app.env.coreinv_rerun_all = False
+    if config.execution_mode != "cache":
+        return
+    cache = Path(config.execution_cache_path)
+    key, key_file = execution_key(), cache / KEY_FILE
+    old = key_file.read_text().strip() if key_file.exists() else None
+    if old == key:
+        return
+    if cache.exists():
+        LOGGER.info(f"coreinv: code key {old} -> {key}: dropping the notebook cache, "
+                    "every notebook is re-executed")
+        shutil.rmtree(cache)
+    cache.mkdir(parents=True, exist_ok=True)
+    key_file.write_text(key + "\n")
+    app.env.coreinv_rerun_all = old is not None
+
+
+def _outdated(app, env, added, changed, removed):
+    "Re-read pages with a scorecard always; re-read every notebook when the code key changed."
+    docs = [d for d in env.found_docs if "scorecard" in d]
+    if getattr(env, "coreinv_rerun_all", False):
+        docs += [d for d in env.found_docs if str(env.doc2path(d)).endswith(".ipynb")]
+    return docs
+
+
+# 5. The scorecard --------------------------------------------------------------------------
 class scorecard_placeholder(nodes.General, nodes.Element):
     pass
 
 
 class ScorecardDirective(SphinxDirective):
-    """`{scorecard}` with an optional preset argument (default `book`)."""
+    """`{scorecard}` with an optional preset argument (default: the preset the book is built at)."""
     optional_arguments = 1
 
     def run(self):
+        from coreinv.presets import preset_name
         node = scorecard_placeholder()
-        node["preset"] = self.arguments[0] if self.arguments else "book"
+        node["preset"] = self.arguments[0] if self.arguments else preset_name()
         return [node]
 
 
@@ -144,35 +267,37 @@ def _table(rows) -> nodes.table:
 
 
 def _fill_scorecards(app, doctree, docname) -> None:
-    from coreinv.results import scorecard_rows
+    from coreinv.results import chapter_summaries, results_for, scorecard_rows
     for node in list(doctree.findall(scorecard_placeholder)):
-        rows = scorecard_rows(node["preset"])
+        preset = node["preset"]
+        root = results_for(preset)
+        rows = scorecard_rows(preset, root)
         if not rows:
-            node.replace_self(nodes.paragraph("", f"No results at preset {node['preset']!r} yet: "
-                                              f"no results/{node['preset']}/*.json was written."))
+            node.replace_self(nodes.paragraph("", f"No results at the {preset!r} preset yet: "
+                                              f"no results/{preset}/*.json was written."))
             continue
-        out = []
-        for chapter in dict.fromkeys(r["chapter"] for r in rows):
-            mine = [r for r in rows if r["chapter"] == chapter]
-            ok = sum(r["status"] in ("pass", "holds") for r in mine)
-            out.append(nodes.paragraph("", "", nodes.strong("", f"{chapter}"),
-                                       nodes.Text(f": {ok} of {len(mine)} claims hold.")))
-            out.append(_table(mine))
+        out = [nodes.paragraph("", "", nodes.Text("Preset "), nodes.literal("", preset), nodes.Text(".")),]
+        for s in chapter_summaries(preset, root):
+            out.append(nodes.paragraph(
+                "", "", nodes.strong("", s["chapter"]),
+                nodes.Text(f": {s['held']} of {s['total']} claims hold. Code "),
+                nodes.literal("", s["code_key"] or "not recorded"),
+                nodes.Text(f", written {s['written'] or '(no date)'}, {s['wall_time_s']:.0f} s.")))
+            out.append(_table([r for r in rows if r["chapter"] == s["chapter"]]))
         node.replace_self(out)
 
 
-def _scorecard_depends_on_results(app, env, added, changed, removed):
-    """Re-render pages with a scorecard whenever the build runs (results change outside Sphinx)."""
-    return [d for d in env.found_docs if "scorecard" in d]
-
-
 def setup(app):
-    _skip_gpu_cells_without_cuda()
+    # Kernels inherit this process's environment: make sure they draw figures into the notebook.
+    os.environ["MPLBACKEND"] = INLINE_BACKEND
     app.add_transform(_DropNestedTransitions)
     app.add_node(scorecard_placeholder)
     app.add_directive("scorecard", ScorecardDirective)
+    app.connect("config-inited", _use_our_reader)
+    app.connect("builder-inited", _invalidate_cache_on_new_code, priority=900)  # after myst-nb's
     app.connect("doctree-read", _tidy_cell_sources)
     app.connect("doctree-read", _note_unexecuted_gpu_cells)
+    app.connect("doctree-read", _squash_stream_outputs)
     app.connect("doctree-resolved", _fill_scorecards)
-    app.connect("env-get-outdated", _scorecard_depends_on_results)
-    return {"version": "0.1", "parallel_read_safe": True, "parallel_write_safe": True}
+    app.connect("env-get-outdated", _outdated)
+    return {"version": "0.2", "parallel_read_safe": True, "parallel_write_safe": True}

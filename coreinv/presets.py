@@ -10,8 +10,8 @@ from typing import Any
 import torch
 
 # %% auto #0
-__all__ = ['PRESET_ENV', 'DEVICE_ENV', 'PRESET_NAMES', 'DEFAULT_PRESET', 'preset_name', 'Sizes', 'register', 'sizes', 'device',
-           'has_gpu']
+__all__ = ['PRESET_ENV', 'DEVICE_ENV', 'PRESET_NAMES', 'DEFAULT_PRESET', 'GPU_TAG', 'preset_name', 'Sizes', 'register', 'sizes',
+           'device', 'has_gpu']
 
 # %% ../nbs/00_presets.ipynb #184005d8
 PRESET_ENV = "COREINV_PRESET"
@@ -122,6 +122,9 @@ def device(override: str | None = None) -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+GPU_TAG = "gpu"  # the notebook cell tag for cells that run only on a GPU
+
+
 def has_gpu() -> bool:
-    "True when the chosen device is a CUDA GPU (cells tagged `gpu` run only then)."
+    "True when the chosen device is a CUDA GPU (cells tagged `GPU_TAG` run only then)."
     return device().type == "cuda"

@@ -3,10 +3,12 @@
 # %% ../nbs/01_results.ipynb #75f6fcba
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
 import platform
+import re
 import time
 from dataclasses import asdict, dataclass
 from importlib import metadata
@@ -16,22 +18,36 @@ from typing import Any
 from .presets import device, preset_name
 
 # %% auto #0
-__all__ = ['RESULTS_ENV', 'CHAPTERS', 'results_root', 'paper_values', 'Claim', 'check', 'assert_required', 'write_results',
-           'load_results', 'scorecard_rows']
+__all__ = ['RESULTS_ENV', 'CHAPTERS', 'results_root', 'paper_values', 'Claim', 'check', 'assert_required', 'provenance',
+           'write_results', 'load_results', 'scorecard_rows', 'results_for', 'chapter_summaries']
 
 # %% ../nbs/01_results.ipynb #0533ddd3
 RESULTS_ENV = "COREINV_RESULTS_DIR"
-_REPO = Path(__file__).resolve().parents[1] if "__file__" in globals() else Path.cwd().parent
+
+
+def _checkout() -> Path | None:
+    "The source checkout `coreinv` runs from (it holds settings.ini and results/), else None."
+    import coreinv
+    root = Path(coreinv.__file__).resolve().parents[1]
+    return root if (root / "settings.ini").is_file() and (root / "results").is_dir() else None
 
 
 def results_root() -> Path:
-    "The folder holding `<preset>/<chapter>.json`: `$COREINV_RESULTS_DIR`, else the repo's `results/`."
-    return Path(os.environ.get(RESULTS_ENV) or _REPO / "results")
+    "The folder holding `<preset>/<chapter>.json`: `$COREINV_RESULTS_DIR`, else the checkout's `results/`, else `./results`."
+    if os.environ.get(RESULTS_ENV):
+        return Path(os.environ[RESULTS_ENV])
+    checkout = _checkout()
+    return checkout / "results" if checkout else Path.cwd() / "results"
 
 
 def paper_values(path: Path | None = None) -> dict[str, dict[str, Any]]:
-    "The papers' claims, keyed by claim id, from `results/paper_values.json`."
-    path = Path(path) if path else _REPO / "results" / "paper_values.json"
+    "The papers' claims, keyed by claim id, from `results/paper_values.json` of the source checkout."
+    if path is None:
+        checkout = _checkout()
+        if checkout is None:
+            raise ValueError("results/paper_values.json not found: coreinv is not running from its source "
+                             "checkout; pass path= to the file")
+        path = checkout / "results" / "paper_values.json"
     with open(path, encoding="utf-8") as f:
         return {k: v for k, v in json.load(f).items() if not k.startswith("_")}
 
@@ -77,6 +93,48 @@ def assert_required(claims: list[Claim]) -> None:
         lines = "\n".join(f"  {c.id}: measured {_fmt(c.measured)}, threshold {c.threshold}" for c in bad)
         raise AssertionError(f"{len(bad)} required claim(s) failed:\n{lines}")
 
+# %% ../nbs/01_results.ipynb #5a4fe641
+def _sha(parts) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part if isinstance(part, bytes) else str(part).encode())
+        h.update(b"\0")
+    return h.hexdigest()[:12]
+
+
+def _pinned_names() -> list[str]:
+    "The packages whose versions a result depends on: the checkout's requirements.txt, else coreinv's own."
+    checkout = _checkout()
+    if checkout is not None and (checkout / "requirements.txt").is_file():
+        lines = (checkout / "requirements.txt").read_text(encoding="utf-8").splitlines()
+    else:
+        lines = metadata.requires("coreinv") or []
+    names = (re.split(r"[\s<>=!~;\[]", l.strip(), maxsplit=1)[0] for l in lines)
+    return sorted({n.lower().replace("_", "-") for n in names if n and not n.startswith("#")})
+
+
+def _installed(name: str) -> str:
+    try: return metadata.version(name)
+    except metadata.PackageNotFoundError: return "missing"
+
+
+def provenance() -> dict[str, str]:
+    """The code behind a result: hashes of the `coreinv` source, of the pinned packages, and of both.
+
+    Returns
+    -------
+    dict with `library` (the `.py` files of the imported `coreinv` package, by path and content),
+    `environment` (Python's version and the installed version of every package that
+    `requirements.txt` pins, or that `coreinv` requires when it runs outside its checkout) and
+    `key` (both): 12 hex digits each. Packages installed beside the pins do not change it.
+    """
+    import coreinv
+    pkg = Path(coreinv.__file__).resolve().parent
+    files = sorted(f for f in pkg.rglob("*.py") if "__pycache__" not in f.parts)
+    library = _sha(x for f in files for x in (f.relative_to(pkg).as_posix(), f.read_bytes()))
+    environment = _sha([platform.python_version(), *(f"{n}=={_installed(n)}" for n in _pinned_names())])
+    return {"library": library, "environment": environment, "key": _sha([library, environment])}
+
 # %% ../nbs/01_results.ipynb #28ed61ff
 _VERSIONED = ("torch", "numpy", "scipy", "transformer-lens", "coreinv")
 CHAPTERS = ("markov", "grokking", "agreement", "sae_gap")  # the book's order; others follow by name
@@ -103,12 +161,12 @@ def _versions() -> dict[str, str]:
 def write_results(chapter: str, claims: list[Claim], *, config: dict, seeds: list[int],
                   metrics: dict | None = None, wall_time_s: float, preset: str | None = None,
                   root: Path | None = None) -> Path:
-    "Write `<root>/<preset>/<chapter>.json` with the claims list and its context; return the path."
+    "Write `<root>/<preset>/<chapter>.json` with the claims list, its context and `provenance()`; return the path."
     preset = preset_name(preset)
     path = Path(root or results_root()) / preset / f"{chapter}.json"
     doc = {"chapter": chapter, "preset": preset, "claims": [asdict(c) for c in claims],
            "config": config, "seeds": list(seeds), "metrics": metrics or {},
-           "versions": _versions(), "device": str(device()),
+           "versions": _versions(), "provenance": provenance(), "device": str(device()),
            "wall_time_s": round(float(wall_time_s), 1),
            "written": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -137,3 +195,32 @@ def scorecard_rows(preset: str, root: Path | None = None) -> list[dict[str, str]
                          "threshold": c["threshold"],
                          "kind": "required" if c["required"] else "reported", "status": status})
     return rows
+
+
+def results_for(preset: str) -> Path:
+    """Where to read `preset`'s results: `results_root()` when it holds them (a book build's own
+    folder), else the source checkout's committed `results/` (e.g. `paper` results from a GPU run)."""
+    here = results_root()
+    checkout = _checkout()
+    if (here / preset).is_dir() or checkout is None:
+        return here
+    return checkout / "results"
+
+
+def chapter_summaries(preset: str, root: Path | None = None) -> list[dict[str, Any]]:
+    """One line per chapter at `preset`: how many claims hold, and which code wrote them.
+
+    Returns
+    -------
+    list of dicts with `chapter`, `held`, `total`, `failed_required` (ids), `code_key`
+    (`provenance()["key"]` at writing, None for files written before it was recorded),
+    `written` and `wall_time_s`, in book order.
+    """
+    out = []
+    for chapter, res in load_results(preset, root).items():
+        claims = res.get("claims", [])
+        out.append({"chapter": chapter, "held": sum(bool(c["passed"]) for c in claims), "total": len(claims),
+                    "failed_required": [c["id"] for c in claims if c["required"] and not c["passed"]],
+                    "code_key": res.get("provenance", {}).get("key"), "written": res.get("written"),
+                    "wall_time_s": float(res.get("wall_time_s") or 0.0)})
+    return out

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 from torch import Tensor, nn
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 # %% auto #0
 __all__ = ['SAE', 'train_sae', 'sae_metrics']

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
+from tqdm import tqdm
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from .compare import procrustes

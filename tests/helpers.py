@@ -1,5 +1,6 @@
 """Small shared pieces for the tests (paths, running a command, building a notebook)."""
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -30,6 +31,45 @@ def make_notebook(path: Path, cells) -> Path:
         nb.cells.append(cell)
     nbformat.write(nb, path)
     return path
+
+
+# The book that `make book` builds, executed at the `ci` preset over a copy of the repository with a
+# short table of contents (see tests/test_book_build.py).
+BUILT_LIBRARY_PAGE, BUILT_CHAPTER = "nbs/10_ace", "nbs/chapters/markov"
+BUILT_PAGES = ["intro", BUILT_LIBRARY_PAGE, BUILT_CHAPTER, "scorecard"]
+BUILT_TOC = f"""format: jb-book
+root: intro
+parts:
+  - caption: Chapters
+    chapters:
+      - file: {BUILT_CHAPTER}
+  - caption: Results
+    chapters:
+      - file: scorecard
+  - caption: Library
+    chapters:
+      - file: {BUILT_LIBRARY_PAGE}
+"""
+
+
+def copy_repo(dest: Path) -> Path:
+    "Copy the repository's tracked and new (not ignored) files into `dest`, as a fresh clone would hold them."
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, text=True,
+                           capture_output=True, check=True).stdout.splitlines()
+    for f in files:
+        if (REPO / f).is_file():
+            (dest / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / f, dest / f)
+    return dest
+
+
+def build_copy(src: Path):
+    "Build the book in a repository copy exactly as `make book` does, at `ci`, with BUILT_TOC."
+    (src / "_toc_test.yml").write_text(BUILT_TOC)
+    # PYTHONPATH: the kernels and the extension import the copy's coreinv, not the repo's.
+    # MPLBACKEND=Agg, as the Makefile exports it: the build must draw figures all the same.
+    return run([BIN / "python", "tools/notebooks.py", "build", "--preset", "ci", "--toc", "_toc_test.yml"],
+               cwd=src, env={"PYTHONPATH": str(src), "MPLBACKEND": "Agg"}, timeout=1800)
 
 
 def toc_files() -> list[str]:

@@ -9,6 +9,7 @@ from helpers import REPO, make_notebook
 
 sys.path.insert(0, str(REPO / "tools"))
 import notebooks as policy  # noqa: E402
+import coreinv_book as book  # noqa: E402  (tools/notebooks.py put _ext on the path)
 
 NOTEBOOKS = policy.notebooks()
 
@@ -70,12 +71,23 @@ def test_fix_cleans_metadata_and_keeps_outputs(tmp_path):
     assert policy.fix(path) is False  # idempotent
 
 
+def test_wide_chapter_code_fails(tmp_path):
+    (tmp_path / "chapters").mkdir()
+    path = _executed(tmp_path / "chapters", [1, 2])
+    nb = nbformat.read(path, as_version=4)
+    nb.cells[1].source = "x = " + "1 + " * 30 + "1"
+    nbformat.write(nb, path)
+    assert any("wider than" in p for p in policy.problems(path))
+    assert not any("wider than" in p for p in policy.problems(_executed(tmp_path, [1, 2])))
+
+
 def test_progress_bars_are_squashed():
-    assert policy._squash_carriage_returns("10%\r50%\r100%|done\nnext") == "100%|done\nnext"
+    assert book.squash_progress("10%\r50%\r100%|done\nnext") == "100%|done\nnext"
+    assert book.squash_progress("a\nbar 50%\r   \r\nb") == "a\nb", "a bar cleared with leave=False is dropped"
 
 
 def test_progress_bar_messages_are_joined():
     stream = lambda t: nbformat.v4.new_output("stream", name="stderr", text=t)
-    out = policy._coalesce_streams([stream("bar   0%"), stream("\rbar  50%"), stream("\rbar 100%\n"),
+    out = book.coalesce_streams([stream("bar   0%"), stream("\rbar  50%"), stream("\rbar 100%\n"),
                                     nbformat.v4.new_output("stream", name="stdout", text="done\n")])
     assert [o["text"] for o in out] == ["bar 100%\n", "done\n"]

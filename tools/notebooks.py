@@ -6,6 +6,8 @@ Policy (checked by `make test`, through tests/test_notebooks.py):
     and any notebook viewer show real outputs. Chapters carry the outputs of their `book` run.
     Cells tagged `gpu` may be unexecuted (no count, no outputs) when that run had no GPU.
   * No error outputs.
+  * Chapter code lines are at most CHAPTER_CODE_WIDTH (79) characters: wider lines scroll sideways
+    in the book's code blocks.
   * Metadata is cleaned: the notebook keeps only `kernelspec` (python3) and `language_info.name`;
     cells keep only their `tags`. Timing, widget state, trust signatures and editor state go.
   * We never use `nbdev_clean`: it nulls execution counts, and nbval then fails stored outputs.
@@ -17,20 +19,33 @@ Commands:
   python tools/notebooks.py publish --cache DIR --results DIR
                                                 copy a `make book` run's outputs into nbs/ and
                                                 its results into results/book/
+  python tools/notebooks.py build [--preset P] [--results DIR] [--toc F] [--path-output DIR]
+                                                build the book, executing what changed (what
+                                                `make book` runs); then print each chapter's claims
+
+The notebook rules shared with the book (GPU cells, progress bars) have one home, the book's Sphinx
+extension `_ext/coreinv_book.py`; this file imports its public functions.
 """
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import shutil
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import nbformat
 
 REPO = Path(__file__).resolve().parents[1]
-GPU_TAG = "gpu"
+sys.path.insert(0, str(REPO / "_ext"))  # the book's extension: the home of the shared notebook rules
+from coreinv_book import INLINE_BACKEND, SKIP_TAG, coalesce_streams, mark_gpu_cells  # noqa: E402
+
+from coreinv.presets import GPU_TAG  # noqa: E402
+
 MAX_BYTES = 6_000_000
+CHAPTER_CODE_WIDTH = 79  # what the book's code block shows without scrolling
 _NB_META_KEEP = {"kernelspec", "language_info"}
 
 
@@ -69,6 +84,11 @@ def problems(path: Path) -> list[str]:
             out.append(f"{where} has metadata {sorted(set(cell.metadata) - {'tags'})} (run fix)")
         if cell.cell_type != "code":
             continue
+        if "chapters" in path.parts:
+            wide = [n for n, line in enumerate(cell.source.splitlines(), 1) if len(line) > CHAPTER_CODE_WIDTH]
+            if wide:
+                out.append(f"{where} has code lines wider than {CHAPTER_CODE_WIDTH} characters "
+                           f"(lines {wide}): wrap them, they scroll sideways in the book")
         count = cell.get("execution_count")
         if any(o.get("output_type") == "error" for o in cell.outputs):
             out.append(f"{where} has an error output")
@@ -97,47 +117,30 @@ def fix(path: Path) -> bool:
         tags = cell.metadata.get("tags")
         cell.metadata = nbformat.NotebookNode({"tags": tags} if tags else {})
         if cell.cell_type == "code":
-            cell.outputs = _coalesce_streams(cell.outputs)
+            cell.outputs = coalesce_streams(cell.outputs)
     after = nbformat.writes(nb) + "\n"
     if after != before:
         path.write_text(after, encoding="utf-8")
     return after != before
 
 
-def _coalesce_streams(outputs: list) -> list:
-    "Join consecutive outputs of one stream, then keep only what a terminal shows of progress bars."
-    out = []
-    for o in outputs:
-        if (o.get("output_type") == "stream" and out and out[-1].get("output_type") == "stream"
-                and out[-1]["name"] == o["name"]):
-            out[-1]["text"] += o["text"]
-        else:
-            out.append(o)
-    for o in out:
-        if o.get("output_type") == "stream" and "\r" in o["text"]:
-            o["text"] = _squash_carriage_returns(o["text"])
-    return out
-
-
-def _squash_carriage_returns(text: str) -> str:
-    "Keep what a terminal would show of progress bars: the text after each line's last \\r."
-    return "\n".join(line.rsplit("\r", 1)[-1] for line in text.split("\n"))
-
-
 def run(path: Path, timeout: int = 3600) -> None:
-    "Execute a notebook in place from a fresh kernel, skipping `gpu` cells without a GPU."
-    sys.path.insert(0, str(REPO / "_ext"))
-    from coreinv_book import _skip_gpu_cells_without_cuda
+    "Execute a notebook in place from a fresh kernel, as the book does (`gpu` cells skipped without a GPU)."
     from nbclient import NotebookClient
-    _skip_gpu_cells_without_cuda()
-    nb = nbformat.read(path, as_version=4)
+    nb = mark_gpu_cells(nbformat.read(path, as_version=4))
     for cell in nb.cells:  # start clean: a skipped gpu cell must not keep stale outputs
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
+    os.environ["MPLBACKEND"] = INLINE_BACKEND  # the kernel inherits it: figures go into the notebook
     NotebookClient(nb, timeout=timeout, kernel_name="python3",
                    resources={"metadata": {"path": str(path.parent)}}).execute()
+    for cell in nb.cells:  # the skip tag is the executor's business, not the notebook's
+        tags = cell.metadata.get("tags", [])
+        if GPU_TAG in tags and SKIP_TAG in tags:
+            tags.remove(SKIP_TAG)
     nbformat.write(nb, path)
     fix(path)
+
 
 
 def publish(cache: Path, results: Path) -> None:
@@ -161,12 +164,64 @@ def publish(cache: Path, results: Path) -> None:
         print(f"results  {(dest / f.name).relative_to(REPO)}")
 
 
+def chapters_in_toc(toc: Path) -> list[str]:
+    "The chapter notebooks (under nbs/chapters/) that a table of contents names, by results name."
+    import yaml
+    data = yaml.safe_load(toc.read_text(encoding="utf-8"))
+    files = [c["file"] for part in data.get("parts", []) for c in part.get("chapters", [])]
+    return [Path(f).name for f in files if "chapters/" in f]
+
+
+def build(preset: str = "book", results: Path | None = None, toc: Path | None = None,
+          path_output: Path | None = None, source: Path = REPO) -> int:
+    """Build the book from `source` with Jupyter Book, executing notebooks whose code changed, at
+    `preset`; results go to `results` (default `_build/results`). Then print each chapter's
+    claims and the index page. Returns 1 if a notebook failed to execute or a chapter of the
+    table of contents has no results from the current code."""
+    from coreinv.results import chapter_summaries, provenance
+    out = Path(path_output or source)
+    results = Path(results or out / "_build" / "results")
+    toc = Path(toc or source / "_toc.yml")
+    env = {**os.environ, "COREINV_PRESET": preset, "COREINV_RESULTS_DIR": str(results)}
+    cmd = [str(Path(sys.executable).parent / "jupyter-book"), "build", str(source), "--keep-going",
+           "--toc", str(toc), "--path-output", str(out)]
+    t0 = time.time()
+    code = subprocess.run(cmd, env=env).returncode
+    html = out / "_build" / "html"
+    failed = sorted((html / "reports").glob("**/*.log")) if (html / "reports").exists() else []
+    fresh = [f for f in failed if f.stat().st_mtime >= t0]
+    key = provenance()["key"]
+    summaries = {s["chapter"]: s for s in chapter_summaries(preset, results)}
+    print(f"\nbook ({preset} preset, code {key}), built in {time.time() - t0:.0f} s:")
+    bad = code != 0 or bool(fresh)
+    for chapter in chapters_in_toc(toc):
+        s = summaries.get(chapter)
+        if s is None:
+            print(f"  {chapter:<10} no results: the chapter did not run to its end")
+            bad = True
+        elif s["code_key"] != key:
+            print(f"  {chapter:<10} results from other code ({s['code_key']}): the chapter was not re-run")
+            bad = True
+        else:
+            failed_req = f"; REQUIRED FAILED: {', '.join(s['failed_required'])}" if s["failed_required"] else ""
+            print(f"  {chapter:<10} {s['held']} of {s['total']} claims hold ({s['wall_time_s']:.0f} s){failed_req}")
+    for f in fresh:
+        print(f"  execution failed, see {f.relative_to(out)}")
+    print(f"book: {html / 'index.html'}")
+    return 1 if bad else 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     for name in ("check", "fix", "run"):
         p = sub.add_parser(name)
         p.add_argument("paths", nargs="*")
+    p = sub.add_parser("build")
+    p.add_argument("--preset", default=os.environ.get("COREINV_PRESET", "book"))
+    p.add_argument("--results", type=Path)
+    p.add_argument("--toc", type=Path)
+    p.add_argument("--path-output", type=Path)
     p = sub.add_parser("publish")
     p.add_argument("--cache", type=Path, required=True)
     p.add_argument("--results", type=Path, required=True)
@@ -185,6 +240,8 @@ def main(argv=None) -> int:
         for p in notebooks(a.paths):
             print(f"running {p}", flush=True)
             run(p)
+    elif a.cmd == "build":
+        return build(a.preset, a.results, a.toc, a.path_output)
     elif a.cmd == "publish":
         publish(a.cache, a.results)
     return 0

@@ -161,7 +161,7 @@ def train_modular(model, data: ModularData, steps: int, *, lr: float = 3e-3, wei
                   progress: bool = True, desc: str = "grokking"):
     "Full-batch AdamW on `data.train` (via `coreinv.train.train`); returns (log, {step: state_dict})."
     from coreinv.train import CHECKPOINT_NAME, TrainLog, train
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
     for name, every in (("snapshot_every", snapshot_every), ("checkpoint_every", checkpoint_every)):
         if every is not None and (every < 1 or every % log_every):
             raise ValueError(f"{name}={every} must be a positive multiple of log_every={log_every}")
@@ -331,7 +331,7 @@ def track_cores(model, snapshots: dict, data: ModularData, hooks: list[str] | No
                 rel: float = 0.1, progress: bool = True) -> list[dict]:
     "Core dims, participation ratios, Fourier frequencies and the shift operator's spectrum at each snapshot."
     from coreinv.identify import operator_spectrum
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
     hooks = hooks or [f"blocks.{l}.hook_resid_post" for l in range(model.cfg.n_layers)]
     m, rows = copy.deepcopy(model), []
     for step, sd in tqdm(snapshots.items(), desc="cores", disable=not progress, leave=False):
@@ -416,7 +416,7 @@ def grokking_sweep(omegas, ps, seeds=(0,), *, max_steps: int, train_frac: float 
                    betas: tuple[float, float] = (0.9, 0.98), log_every: int = 10, level: float = 0.95,
                    model_kw: dict | None = None, progress: bool = True) -> list[dict]:
     "Train one model per (ω, p, seed) until test accuracy ≥ `level` or `max_steps`; one row per run."
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
     runs = [(w, p, s) for p in ps for w in omegas for s in seeds]
     rows = []
     for w, p, s in tqdm(runs, desc="sweep", disable=not progress):

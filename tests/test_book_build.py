@@ -1,0 +1,112 @@
+"""The book as `make book` builds it. `tests/test_book.py` renders the committed notebooks without
+executing them; this file executes them, through the same command as `make book`
+(`tools/notebooks.py build`: the repository's `_config.yml`, its Sphinx extension, the same
+environment), at the `ci` preset, over a copy of the repository with a short table of contents:
+the introduction, one library page, the smallest chapter (Markov) and the scorecard.
+`MPLBACKEND=Agg` is exported on purpose, as the Makefile does: the figures must still be there.
+
+Then the code changes, as a user who edits the library would change it: one exported cell of the
+task module that the chapter calls. The next build must re-execute the chapter, and its results
+must name the new code."""
+import json
+import os
+import re
+import subprocess
+
+import pytest
+from bs4 import BeautifulSoup
+
+from helpers import BIN, BUILT_CHAPTER as CHAPTER, BUILT_PAGES as PAGES, REPO, build_copy, run
+
+# What must never reach a page: tool warnings, machine paths, tracebacks.
+FORBIDDEN = [r"IProgress", r"\b[A-Z]\w*Warning\b:", r"Traceback \(most recent call last\)",
+             r"site-packages", r"/\.venv/", r"(?<![\w.])/(?:root|home|tmp|work|usr)/"]
+
+
+def _results(src):
+    return json.loads((src / "_build" / "results" / "ci" / "markov.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def built(built_book):
+    return built_book
+
+
+def _page(src, page):
+    return BeautifulSoup((src / "_build" / "html" / f"{page}.html").read_text(encoding="utf-8"), "html.parser")
+
+
+def test_build_ends_with_the_claims_and_the_index(built):
+    src, out = built
+    tail = out[out.rindex("book (ci preset"):]
+    assert re.search(r"markov\s+\d+ of \d+ claims hold", tail), tail
+    assert f"book: {src / '_build' / 'html' / 'index.html'}" in tail
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_page_has_no_tool_noise_or_machine_paths(built, page):
+    src, _ = built
+    main = _page(src, page).find("main")
+    text = main.get_text("\n")
+    for pattern in FORBIDDEN + [re.escape(str(src)), re.escape(str(REPO))]:
+        hit = re.search(pattern, text)
+        assert hit is None, f"{page}: {pattern!r} shows: …{text[max(0, hit.start() - 200):hit.end() + 200]}…"
+
+
+def test_chapter_figures_are_drawn(built):
+    src, _ = built
+    nb = json.loads((src / f"{CHAPTER}.ipynb").read_text())
+    n_show = sum("plt.show()" in "".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    imgs = _page(src, CHAPTER).find("main").find_all("img")
+    assert len(imgs) >= n_show > 0, f"{len(imgs)} figures for {n_show} plt.show() cells"
+    for img in imgs:
+        assert (src / "_build" / "html" / CHAPTER).parent.joinpath(img["src"]).resolve().is_file(), img["src"]
+
+
+def test_progress_bars_show_their_final_state_only(built):
+    src, _ = built
+    text = _page(src, CHAPTER).find("main").get_text("\n")
+    bars = re.findall(r"^\s*([^\n:|]{1,40}):\s+\d+%\|", text, re.M)
+    assert bars, "the chapter shows progress bars"
+    assert len(bars) == len(set(bars)), f"a progress bar shows more than once: {bars}"
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_math_loads_from_the_book_itself(built, page):
+    src, _ = built
+    for script in _page(src, page).find_all("script", src=True):
+        assert not (re.match(r"(https?:)?//", script["src"]) and "mathjax" in script["src"].lower()), script
+    assert (src / "_build" / "html" / "_static" / "mathjax" / "tex-chtml.js").is_file()
+
+
+def test_scorecard_shows_the_code_that_wrote_the_results(built):
+    src, _ = built
+    key = _results(src)["provenance"]["key"]
+    assert key in _page(src, "scorecard").find("main").get_text(" ")
+
+
+def test_a_library_change_re_executes_the_chapter(built):
+    src, _ = built
+    before = _results(src)
+    again = build_copy(src)  # nothing changed: served from the cache, results untouched
+    assert again.returncode == 0, again.stdout[-4000:]
+    assert _results(src)["written"] == before["written"]
+
+    path = src / "nbs" / "21_tasks_markov.ipynb"
+    nb = json.loads(path.read_text())
+    cell = next(c for c in nb["cells"] if c["cell_type"] == "code" and "".join(c["source"]).startswith("#| export")
+                and "def " in "".join(c["source"]))
+    cell["source"] = "".join(cell["source"]) + "\n# an edit to the library\n"
+    path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+    assert run([BIN / "nbdev_export"], cwd=src).returncode == 0
+    assert "# an edit to the library" in (src / "coreinv" / "tasks" / "markov.py").read_text()
+
+    r = build_copy(src)
+    assert r.returncode == 0, r.stdout[-6000:]
+    after = _results(src)
+    assert after["provenance"]["library"] != before["provenance"]["library"], "the chapter was not re-executed"
+    assert after["written"] != before["written"]
+    key = subprocess.run([BIN / "python", "-c", "from coreinv.results import provenance; print(provenance()['key'])"],
+                         cwd=src, env={**os.environ, "PYTHONPATH": str(src)}, capture_output=True, text=True).stdout.strip()
+    assert after["provenance"]["key"] == key, "the results name the new code"
+    assert key in _page(src, "scorecard").find("main").get_text(" ")
