@@ -109,11 +109,11 @@ def test_train_markov_learns_and_is_seeded(chain, trained):
 def test_core_report(chain, trained):
     m, log, ev = trained
     r = markov_core_report(m, chain, ev[:16], ev, ev, ks=(1, 3, 5))
-    assert len(r["sv"]) <= 3                           # 4 centred outputs: rank ≤ 3
-    assert r["sweep"]["ace"]["ks"] == [1, 3] and r["sweep"]["pca"]["ks"] == [1, 3, 5]
-    assert r["sweep"]["ace"]["remove"][1] > 0.5 * unigram_kl(chain)
-    assert r["sweep"]["ace"]["keep"][1] < r["sweep"]["random"]["keep"][1]
-    assert len(r["eigenvalues"]) == 3 and r["eig_error"] < 0.3
+    assert len(r.sv) <= 3                              # 4 centred outputs: rank ≤ 3
+    assert r.sweep["ace"].ks == [1, 3] and r.sweep["pca"].ks == [1, 3, 5]
+    assert r.sweep["ace"].remove[1] > 0.5 * unigram_kl(chain)
+    assert r.sweep["ace"].keep[1] < r.sweep["random"].keep[1]
+    assert len(r.eigenvalues) == 3 and r.eig_error < 0.3
     with pytest.raises(ValueError):                    # linear readout: the Gramian form vanishes
         markov_core_report(m, chain, ev[:8], ev, ev, ks=(3,), gramian=True)
 

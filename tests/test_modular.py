@@ -8,11 +8,10 @@ import torch
 
 import coreinv.tasks.modular as mod
 from coreinv.identify import operator_spectrum
-from coreinv.tasks.modular import (active_frequencies, core_at, core_layer, fit_scaling_law, first_step,
+from coreinv.tasks.modular import (active_frequencies, core_at, fit_scaling_law, first_step,
                                    fourier_basis, frequency_power, grokking_sweep, grokking_times,
-                                   log_columns, make_modular_model, modular_data, participation_ratio,
-                                   pick_steps, predict_tau, rotation_summary, shift_operator, smallest_k,
-                                   track_cores, train_modular)
+                                   log_columns, make_modular_model, modular_data, pick_steps, predict_tau,
+                                   rotation_summary, shift_operator, track_cores, train_modular)
 
 TINY = dict(n_layers=1, d_model=16, n_heads=2, d_mlp=32)
 
@@ -113,18 +112,9 @@ def test_shift_operator_of_exact_rotation_codes():
         shift_operator(Z[:-1], p)
 
 
-def test_smallest_k_and_participation_ratio():
-    for t in (1, 5, 17, 30):
-        assert smallest_k(lambda k: k >= t, 30) == t
-    assert smallest_k(lambda k: False, 30) is None and smallest_k(lambda k: True, 0) is None
-    assert participation_ratio([2, 2, 2, 2]) == pytest.approx(4) and participation_ratio([1, 0]) == 1
-
-
-def test_pick_steps_and_core_layer():
+def test_pick_steps():
     steps = pick_steps(range(0, 5001, 50), 10, include=[333])
     assert steps[0] == 0 and steps[-1] == 5000 and 350 in steps and len(steps) <= 11
-    row = {"L0_ace_suff": None, "L0_ace_kmax": 30, "L1_ace_suff": 8, "L1_ace_kmax": 30}
-    assert core_layer(row, 2) == 1
 
 
 def _train_tiny(steps=40, **kw):
@@ -163,7 +153,7 @@ def test_train_modular_learns_and_stops():
     _, _, log2, _ = _train_tiny(steps=60, stop_at=0.0)
     assert list(log_columns(log2)["step"]) == [0]
     with pytest.raises(ValueError):
-        _train_tiny(snapshot_every=15)
+        _train_tiny(snapshot_every=0)
     with pytest.raises(ValueError):
         _train_tiny(stop_at=0.9, checkpoint_dir="x")
 
@@ -171,16 +161,24 @@ def test_train_modular_learns_and_stops():
 def test_core_at_and_track_cores_on_a_tiny_run():
     model, data, log, snaps = _train_tiny(steps=40, snapshot_every=20)
     r = core_at(model, data, "blocks.0.hook_resid_post")
-    assert r["ace_kmax"] <= data.p - 1 and r["pca_kmax"] == 16
-    for key in ("ace_suff", "ace_nec", "pca_suff", "pca_nec"):
-        assert r[key] is None or 1 <= r[key] <= r[key.split("_")[0] + "_kmax"]
-    assert r["test_acc"] == pytest.approx(float((mod.answer_logits(model, data, data.test).argmax(-1)
-                                                 == data.labels[data.test]).float().mean()))
+    assert r.ace_dims.ks[-1] <= data.p - 1 and r.pca_dims.ks[-1] == 16
+    for d in (r.ace_dims, r.pca_dims):
+        for k in (d.k_sufficient, d.k_necessary):
+            assert k is None or 1 <= k <= d.ks[-1]
+    assert r.test_acc == pytest.approx(float((mod.answer_logits(model, data, data.test).argmax(-1)
+                                              == data.labels[data.test]).float().mean()))
+    # the bisection's answer is the smallest sufficient k of a full sweep
+    ev = mod.hook_evaluator(model, "blocks.0.hook_resid_post", data.tokens[data.test], mod.answer_accuracy(7), pos=-1)
+    full = mod.core_dims(ev, r.ace, r.ace_dims.ks, r.test_acc, 1 / 7, 0.95 * r.test_acc, 2 / 7, thresholds="raw",
+                         higher_is_better=True)
+    k = r.ace_dims.k_sufficient                        # a sufficient k, or None when the largest k is not
+    assert (k is None) == (full.keep[-1] < 0.95 * r.test_acc)
+    assert k is None or full.keep[full.ks.index(k)] >= 0.95 * r.test_acc
     rows = track_cores(model, snaps, data, progress=False)
-    assert [row["step"] for row in rows] == [0, 20, 40]
+    assert [row.step for row in rows] == [0, 20, 40]
     for row in rows:
-        assert len(row["L0_eigvals"]) == row["L0_rot_k"] and row["L0_unit_dev"] >= 0
-        assert row["n_active"] == len(row["key_freqs"]) >= 1
+        assert len(row.eigvals[0]) == row.rot_k[0] and row.rotations[0]["unit_dev"] >= 0
+        assert row.n_active == len(row.key_freqs) >= 1
 
 
 def test_grokking_sweep_marks_censored_runs():
