@@ -73,7 +73,18 @@ def answer_logits(model, data: ModularData, rows: Tensor | None = None, batch_si
 
 
 def answer_accuracy(p: int) -> Callable[[Tensor, Tensor], float]:
-    "A metric for `coreinv.ablate.hook_evaluator`: accuracy of the `=` answer, from logits and tokens [a, b, =]."
+    """A metric for `coreinv.ablate.hook_evaluator`: accuracy of the `=` answer, from logits and tokens [a, b, =].
+
+    Parameters
+    ----------
+    p : int
+        The modulus; the answer to tokens (a, b, =) is (a + b) mod p, read from the first p logits.
+
+    Returns
+    -------
+    callable
+        `metric(logits [batch, 3, d_vocab_out], tokens [batch, 3]) -> float`, the share of correct answers.
+    """
     def metric(logits: Tensor, tokens: Tensor) -> float:               # [batch, 3, d_vocab_out], [batch, 3]
         answer = (tokens[:, 0] + tokens[:, 1]) % p                     # [batch]
         return float((logits[:, -1, :p].argmax(-1) == answer).float().mean())
@@ -358,7 +369,26 @@ class CoreSnapshot:
 
 def track_cores(model, snapshots: dict, data: ModularData, hooks: list[str] | None = None,
                 rel: float = 0.1, progress: bool = True) -> list[CoreSnapshot]:
-    "Core dims, participation ratios, Fourier frequencies and the shift operator's spectrum at each snapshot."
+    """Core dims, participation ratios, Fourier frequencies and the shift operator's spectrum at each snapshot.
+
+    Parameters
+    ----------
+    model : HookedTransformer
+        A model of the run's configuration (copied; its weights are replaced by each snapshot's).
+    snapshots : dict
+        `{step: state_dict}`, as `train_modular` returns them.
+    data : ModularData
+    hooks : list of str, optional
+        One per layer (default: every `blocks.{l}.hook_resid_post`).
+    rel : float
+        A frequency is active when its power is ≥ `rel` × the largest (`active_frequencies`).
+    progress : bool
+
+    Returns
+    -------
+    list of CoreSnapshot
+        One per snapshot, in the order of `snapshots`.
+    """
     hooks = hooks or [f"blocks.{l}.hook_resid_post" for l in range(model.cfg.n_layers)]
     m, rows = copy.deepcopy(model), []
     for step, sd in tqdm(snapshots.items(), desc="cores", disable=not progress, leave=False):
@@ -377,7 +407,21 @@ def track_cores(model, snapshots: dict, data: ModularData, hooks: list[str] | No
 
 
 def column(rows: list, value: Callable, missing=np.nan) -> np.ndarray:
-    "`value(row)` for every row as a float array (None → `missing`), e.g. `column(track, lambda r: r.step)`."
+    """`value(row)` for every row as a float array (None → `missing`), e.g. `column(track, lambda r: r.step)`.
+
+    Parameters
+    ----------
+    rows : list
+        E.g. `track_cores`'s `CoreSnapshot`s.
+    value : callable
+        `value(row)` returns a number or None.
+    missing : float
+        What None becomes.
+
+    Returns
+    -------
+    ndarray [len(rows)]
+    """
     return np.array([missing if value(r) is None else value(r) for r in rows], dtype=float)
 
 
@@ -388,7 +432,17 @@ def row_at(rows: list[CoreSnapshot], step: int | None) -> CoreSnapshot | None:
 
 
 def core_layer(row: CoreSnapshot) -> int:
-    "The layer whose sufficient ACE core is smallest in `row` (None counts as k_max + 1; ties: the later layer)."
+    """The layer whose sufficient ACE core is smallest in `row` (None counts as k_max + 1; ties: the later layer).
+
+    Parameters
+    ----------
+    row : CoreSnapshot
+
+    Returns
+    -------
+    int
+        The layer index into `row.cores`.
+    """
     ks = [c.ace_dims.k_sufficient if c.ace_dims.k_sufficient is not None else c.ace_dims.ks[-1] + 1
           for c in row.cores]
     return max(range(len(ks)), key=lambda l: (-ks[l], l))
