@@ -3,6 +3,7 @@
 # %% ../nbs/11_ablate.ipynb #1c3867b3
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
@@ -70,37 +71,109 @@ def necessity(perf_remove: float, intact: float, chance: float) -> float:
 # %% ../nbs/11_ablate.ipynb #7f8954b2
 @dataclass
 class CoreDims:
-    "The result of a `core_dims` sweep."
+    "The result of `core_dims`: the smallest sufficient and necessary k, and the measurements per k."
     k_sufficient: int | None
     k_necessary: int | None
-    ks: list[int]
-    sufficiency: list[float]
+    ks: list[int]                                   # the k searched, ascending
+    sufficiency: list[float]                        # per k in ks; nan where not evaluated
     necessity: list[float]
     thresholds: dict = field(default_factory=dict)
+    keep: list[float] = field(default_factory=list)     # the raw metric, core kept; nan where not evaluated
+    remove: list[float] = field(default_factory=list)   # the raw metric, core removed
 
     def table(self) -> str:
-        "The sweep as a markdown table."
-        rows = [f"| {k} | {s:.3f} | {n:.3f} |" for k, s, n in zip(self.ks, self.sufficiency, self.necessity)]
-        return "| k | sufficiency | necessity |\n|---|---|---|\n" + "\n".join(rows)
+        "The measurements as a markdown table."
+        rows = [f"| {k} | {a:.4g} | {s:.3f} | {b:.4g} | {n:.3f} |"
+                for k, a, s, b, n in zip(self.ks, self.keep, self.sufficiency, self.remove, self.necessity)]
+        return "| k | keep | sufficiency | remove | necessity |\n|---|---|---|---|---|\n" + "\n".join(rows)
+
+
+def _smallest(ks: list[int], ok: Callable[[int], bool], bisect: bool) -> int | None:
+    "The smallest k in `ks` with ok(k): every k in turn, or by bisection (ok monotone in k)."
+    if not bisect:
+        return next((k for k in ks if ok(k)), None)
+    if not ok(ks[-1]):
+        return None
+    lo, hi = 0, len(ks) - 1                                          # ok(ks[hi]) holds
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if ok(ks[mid]): hi = mid
+        else: lo = mid + 1
+    return ks[hi]
 
 
 def core_dims(evaluate: Callable[[Core, str], float], cores: ACE | Callable[[int], Core],
               ks: Iterable[int], intact: float, chance: float,
-              sufficient: float = 0.9, necessary: float = 0.9) -> CoreDims:
-    "Smallest sufficient and smallest necessary k, sweeping `ks` with `evaluate(core, mode)`."
+              sufficient: float = 0.9, necessary: float = 0.9, *, thresholds: str = "relative",
+              higher_is_better: bool | None = None, search: str = "sweep") -> CoreDims:
+    """Smallest sufficient and smallest necessary k, from `evaluate(core, mode)` over `ks`.
+
+    Parameters
+    ----------
+    evaluate : callable
+        `evaluate(core, mode)` returns the performance with `core` kept (`"keep"`) or removed (`"remove"`).
+    cores : ACE or callable
+        A fitted `ACE` (its `core(k)`) or any function `k ↦ Core`.
+    ks : iterable of int
+        The dimensions to search (positive).
+    intact, chance : float
+        Performance of the intact model and of the best input-blind predictor.
+    sufficient, necessary : float
+        Thresholds: on the scores `sufficiency`, `necessity` (`thresholds="relative"`), or on the
+        metric itself (`"raw"`).
+    thresholds : {"relative", "raw"}
+    higher_is_better : bool, optional
+        Direction of the metric for raw thresholds; default: `intact > chance`.
+    search : {"sweep", "bisect"}
+        Evaluate every k, or bisect (assumes the tests are monotone in k).
+
+    Returns
+    -------
+    CoreDims
+
+    Raises
+    ------
+    ValueError
+        If `ks` is empty or not positive, on an unknown `thresholds` or `search`, or (relative
+        thresholds) if intact equals chance.
+    """
     get = cores.core if isinstance(cores, ACE) else cores
     ks = sorted(set(int(k) for k in ks))
     if not ks or ks[0] < 1:
         raise ValueError(f"ks must be positive dimensions, got {ks}")
-    _gap(intact, chance)
-    suf, nec = [], []
-    for k in ks:
-        core = get(k)
-        suf.append(sufficiency(evaluate(core, "keep"), intact, chance))
-        nec.append(necessity(evaluate(core, "remove"), intact, chance))
-    first = lambda xs, t: next((k for k, x in zip(ks, xs) if x >= t), None)
-    return CoreDims(first(suf, sufficient), first(nec, necessary), ks, suf, nec,
-                    dict(sufficient=sufficient, necessary=necessary))
+    if thresholds not in ("relative", "raw"):
+        raise ValueError(f"thresholds must be 'relative' or 'raw', got {thresholds!r}")
+    if search not in ("sweep", "bisect"):
+        raise ValueError(f"search must be 'sweep' or 'bisect', got {search!r}")
+    if thresholds == "relative":
+        _gap(intact, chance)
+    up = (intact > chance) if higher_is_better is None else higher_is_better
+    measured = {"keep": {}, "remove": {}}
+
+    def value(k: int, mode: str) -> float:
+        measured[mode][k] = float(evaluate(get(k), mode))
+        return measured[mode][k]
+
+    def scores(k: int, mode: str) -> float:
+        v = measured[mode].get(k, math.nan)
+        if v != v or float(intact) == float(chance): return math.nan
+        return (sufficiency if mode == "keep" else necessity)(v, intact, chance)
+
+    if thresholds == "relative":
+        suf_ok = lambda k: sufficiency(value(k, "keep"), intact, chance) >= sufficient
+        nec_ok = lambda k: necessity(value(k, "remove"), intact, chance) >= necessary
+    else:
+        suf_ok = lambda k: (value(k, "keep") >= sufficient) if up else (value(k, "keep") <= sufficient)
+        nec_ok = lambda k: (value(k, "remove") <= necessary) if up else (value(k, "remove") >= necessary)
+    bisect = search == "bisect"
+    k_suf, k_nec = _smallest(ks, suf_ok, bisect), _smallest(ks, nec_ok, bisect)
+    if not bisect:                                                      # a sweep measures every k
+        for k in ks:
+            if k not in measured["keep"]: value(k, "keep")
+            if k not in measured["remove"]: value(k, "remove")
+    return CoreDims(k_suf, k_nec, ks, [scores(k, "keep") for k in ks], [scores(k, "remove") for k in ks],
+                    dict(sufficient=sufficient, necessary=necessary, thresholds=thresholds, search=search),
+                    [measured["keep"].get(k, math.nan) for k in ks], [measured["remove"].get(k, math.nan) for k in ks])
 
 
 def hook_evaluator(model: nn.Module, hook: str, inputs: Tensor, metric: Callable[[Tensor, Tensor], float],

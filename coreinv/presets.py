@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
 
 # %% auto #0
-__all__ = ['PRESET_ENV', 'DEVICE_ENV', 'PRESET_NAMES', 'DEFAULT_PRESET', 'GPU_TAG', 'preset_name', 'Sizes', 'register', 'sizes',
-           'device', 'has_gpu']
+__all__ = ['PRESET_ENV', 'DEVICE_ENV', 'PRESET_NAMES', 'DEFAULT_PRESET', 'GPU_TAG', 'CACHE_ENV', 'preset_name', 'Sizes',
+           'register', 'sizes', 'device', 'has_gpu', 'cache_dir']
 
 # %% ../nbs/00_presets.ipynb #184005d8
 PRESET_ENV = "COREINV_PRESET"
@@ -77,7 +78,8 @@ def sizes(chapter: str, preset: str | None = None) -> Sizes:
 
 # %% ../nbs/00_presets.ipynb #ac60a00a
 # Markov spectra (paper A, result A1). ci: 2 seeds per chain, short training, looser thresholds, for the
-# tests (about 3 min); book: 5 seeds per chain, the prototype's sizes, the brief's thresholds; paper: 10 seeds.
+# tests (about 3 min); book: 5 seeds per chain, sizes at which a CPU run takes minutes and the chapter's
+# thresholds (stated in its Check section) hold; paper: 10 seeds.
 _markov_model = dict(d_model=64, n_heads=4, d_mlp=256, seq_len=32, lr=3e-3, ks=[1, 2, 3, 4, 5, 6], n_alpha=11)
 register("markov",
          ci=_markov_model | dict(n_seeds=2, n_ln_seeds=1, steps=250, batch=64, log_every=25,
@@ -128,3 +130,26 @@ GPU_TAG = "gpu"  # the notebook cell tag for cells that run only on a GPU
 def has_gpu() -> bool:
     "True when the chosen device is a CUDA GPU (cells tagged `GPU_TAG` run only then)."
     return device().type == "cuda"
+
+# %% ../nbs/00_presets.ipynb #7347cd8d
+CACHE_ENV = "COREINV_CACHE"
+
+
+def cache_dir(*parts: str) -> Path:
+    """The folder for coreinv's caches (checkpoints), or a sub-folder `parts` of it.
+
+    Parameters
+    ----------
+    *parts : str
+        Sub-folder names, e.g. `cache_dir("checkpoints", "grokking")`.
+
+    Returns
+    -------
+    Path
+        `$COREINV_CACHE`, else `$XDG_CACHE_HOME/coreinv`, else `~/.cache/coreinv`, joined with `parts`.
+    """
+    root = os.environ.get(CACHE_ENV)
+    if not root:
+        xdg = os.environ.get("XDG_CACHE_HOME")
+        root = Path(xdg) / "coreinv" if xdg else Path.home() / ".cache" / "coreinv"
+    return Path(root).expanduser().joinpath(*parts)

@@ -3,7 +3,6 @@
 # %% ../nbs/20_train.ipynb #dbf8e202
 from __future__ import annotations
 
-import copy
 import math
 import os
 import warnings
@@ -19,11 +18,8 @@ from torch import Tensor
 from tqdm import tqdm
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-from .compare import procrustes
-
 # %% auto #0
-__all__ = ['CHECKPOINT_NAME', 'make_transformer', 'TrainLog', 'train', 'fold_layernorm', 'rotate_residual', 'interpolate',
-           'core_aligned_rotation']
+__all__ = ['CHECKPOINT_NAME', 'make_transformer', 'TrainLog', 'train']
 
 # %% ../nbs/20_train.ipynb #38bbe8e7
 def make_transformer(n_layers: int, d_model: int, n_heads: int, d_vocab: int, n_ctx: int,
@@ -87,17 +83,19 @@ def _schedule(opt, schedule: str, lr: float, steps: int, pct_start: float):
 
 
 def _save_atomic(obj: Any, path: Path) -> None:
+    "torch.save to a temporary file, then rename: a kill during the write leaves the old file intact."
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     torch.save(obj, tmp)
     os.replace(tmp, path)
 
 
 @contextmanager
-def _one_thread_on_cpu(model: torch.nn.Module):
-    "Run the enclosed steps on one CPU thread when `model` is on the CPU; restore the thread count after."
-    on_cpu = all(p.device.type == "cpu" for p in model.parameters())
+def _cpu_threads(model: torch.nn.Module, threads: int | None):
+    "Run the enclosed steps on `threads` CPU threads when `model` is on the CPU; restore the count after."
+    pin = threads is not None and all(p.device.type == "cpu" for p in model.parameters())
     n = torch.get_num_threads()
-    if on_cpu: torch.set_num_threads(1)
+    if pin: torch.set_num_threads(threads)
     try: yield
     finally: torch.set_num_threads(n)
 
@@ -107,15 +105,58 @@ def train(model: torch.nn.Module, batch_fn: Callable[[torch.Generator], Any],
           betas: tuple[float, float] = (0.9, 0.98), weight_decay: float = 0.0,
           schedule: str = "constant", pct_start: float = 0.3, grad_clip: float | None = None,
           seed: int = 0, eval_fn: Callable[[torch.nn.Module], dict] | None = None,
+          callback: Callable[[int, torch.nn.Module, dict | None], bool] | None = None,
           log_every: int = 50, checkpoint_dir: str | Path | None = None,
-          checkpoint_every: int | None = None, progress: bool = True, desc: str = "train") -> TrainLog:
-    "Train `model` in place for `steps` AdamW updates; resumes from `checkpoint_dir` if it holds a checkpoint."
+          checkpoint_every: int | None = None, threads: int | None = 1, progress: bool = True,
+          desc: str = "train") -> TrainLog:
+    """Train `model` in place for `steps` AdamW updates; resumes from `checkpoint_dir` if it holds a checkpoint.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        Trained in place; left in eval mode.
+    batch_fn : callable
+        `batch_fn(gen)` returns a batch, drawing its randomness from the CPU generator `gen`.
+    loss_fn : callable
+        `loss_fn(model, batch)` returns the scalar loss.
+    steps : int
+        Number of AdamW updates.
+    lr, betas, weight_decay, schedule, pct_start, grad_clip, seed
+        The optimiser, its schedule (`"constant"` or `"onecycle"`), gradient clipping and the seed of
+        `gen` and of the global torch RNG during the run.
+    eval_fn : callable, optional
+        `eval_fn(model)` returns a dict of metrics for each logged row (run under `no_grad`, eval mode).
+    callback : callable, optional
+        `callback(step, model, row)` after step 0 and every update; `row` is the row logged at `step`
+        or None. Returning True stops the run.
+    log_every : int
+        A row every `log_every` updates, and at step 0 and the last step.
+    checkpoint_dir, checkpoint_every
+        Where and how often to write the resumable checkpoint (also at the last step).
+    threads : int or None
+        CPU threads during the run (None: leave PyTorch's setting); no effect on a GPU.
+    progress, desc
+        A tqdm progress bar and its label.
+
+    Returns
+    -------
+    TrainLog
+        The logged rows (with those of the resumed checkpoint, if any).
+
+    Raises
+    ------
+    ValueError
+        On a bad `steps`, `log_every`, `threads` or `schedule`, on `checkpoint_every` without
+        `checkpoint_dir`, or when the checkpoint was written with other hyperparameters.
+    """
     if not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be a positive int, got {steps!r}")
     if log_every < 1:
         raise ValueError(f"log_every must be ≥ 1, got {log_every}")
     if checkpoint_every is not None and checkpoint_dir is None:
         raise ValueError("checkpoint_every was given but checkpoint_dir is None")
+    if threads is not None and (not isinstance(threads, int) or threads < 1):
+        raise ValueError(f"threads must be a positive int or None, got {threads!r}")
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=betas, weight_decay=weight_decay)
     sched = _schedule(opt, schedule, lr, steps, pct_start)
     hparams = dict(steps=steps, lr=lr, betas=list(betas), weight_decay=weight_decay,
@@ -123,7 +164,7 @@ def train(model: torch.nn.Module, batch_fn: Callable[[torch.Generator], Any],
     gen = torch.Generator().manual_seed(seed)
     log, start = TrainLog(), 0
     path = Path(checkpoint_dir) / CHECKPOINT_NAME if checkpoint_dir is not None else None
-    with torch.random.fork_rng(devices=[]), _one_thread_on_cpu(model):
+    with torch.random.fork_rng(devices=[]), _cpu_threads(model, threads):
         torch.manual_seed(seed)
         if path is not None and path.exists():
             ck = torch.load(path, weights_only=False, map_location="cpu")
@@ -135,7 +176,7 @@ def train(model: torch.nn.Module, batch_fn: Callable[[torch.Generator], Any],
             torch.set_rng_state(ck["torch_rng"])
             log, start = TrainLog(ck["log"]), ck["step"]
 
-        def record(step: int, loss: float) -> None:
+        def record(step: int, loss: float) -> dict:
             row = dict(step=step, loss=loss, lr=opt.param_groups[0]["lr"], weight_norm=_weight_norm(model))
             if eval_fn is not None:
                 was = model.training
@@ -143,16 +184,19 @@ def train(model: torch.nn.Module, batch_fn: Callable[[torch.Generator], Any],
                 with torch.no_grad(): row.update({k: float(v) for k, v in eval_fn(model).items()})
                 model.train(was)
             log.append(**row)
+            return log.last
 
         def save(step: int) -> None:
-            path.parent.mkdir(parents=True, exist_ok=True)
             _save_atomic(dict(step=step, hparams=hparams, model=model.state_dict(),
                               optimizer=opt.state_dict(), scheduler=sched.state_dict(),
                               gen=gen.get_state(), torch_rng=torch.get_rng_state(), log=log.rows), path)
 
-        if start == 0:
-            record(0, float("nan"))
         model.train()
+        if start == 0:
+            row = record(0, float("nan"))
+            if callback is not None and callback(0, model, row):
+                model.eval()
+                return log
         for step in tqdm(range(start, steps), initial=start, total=steps, disable=not progress,
                          desc=desc, leave=False):
             loss = loss_fn(model, batch_fn(gen))
@@ -163,92 +207,10 @@ def train(model: torch.nn.Module, batch_fn: Callable[[torch.Generator], Any],
             opt.step()
             sched.step()
             done = step + 1
-            if done % log_every == 0 or done == steps:
-                record(done, float(loss.detach()))
+            row = record(done, float(loss.detach())) if done % log_every == 0 or done == steps else None
+            if callback is not None and callback(done, model, row):
+                break
             if path is not None and (done == steps or (checkpoint_every and done % checkpoint_every == 0)):
                 save(done)
     model.eval()
     return log
-
-# %% ../nbs/20_train.ipynb #c594ad6c
-_READERS = ("W_Q", "W_K", "W_V", "W_in", "W_U")          # d_model axis is the one before the last
-_WRITERS = ("W_E", "W_pos", "W_O", "b_O", "W_out", "b_out")  # d_model axis is the last
-_UNTOUCHED = ("b_Q", "b_K", "b_V", "b_in", "b_U")            # no d_model axis
-
-
-def fold_layernorm(model: HookedTransformer) -> HookedTransformer:
-    "A copy of `model` with LayerNorm folded into the weights and writes centred (same function, `LNPre`)."
-    if model.cfg.normalization_type not in ("LN", "LNPre"):
-        raise ValueError(f"fold_layernorm needs normalization_type 'LN', got {model.cfg.normalization_type!r}")
-    out = copy.deepcopy(model)
-    if out.cfg.normalization_type == "LN":
-        out.process_weights_(fold_ln=True, center_writing_weights=True, center_unembed=True)
-    return out
-
-
-def rotate_residual(model: HookedTransformer, R: Tensor, atol: float = 1e-5) -> HookedTransformer:
-    "A copy of `model` whose residual stream is R h: readers W ↦ R W, writers W ↦ W Rᵀ (same function)."
-    D = model.cfg.d_model
-    R = torch.as_tensor(R, dtype=torch.float64)
-    if R.shape != (D, D):
-        raise ValueError(f"R must be [d_model, d_model] = ({D}, {D}), got {tuple(R.shape)}")
-    if not torch.allclose(R.T @ R, torch.eye(D, dtype=torch.float64), atol=atol):
-        raise ValueError("R must be orthogonal (RᵀR = I)")
-    norm = model.cfg.normalization_type
-    if norm == "LNPre":
-        ones = torch.ones(D, dtype=torch.float64)
-        if not torch.allclose(R @ ones, ones, atol=atol * math.sqrt(D)):
-            raise ValueError("with LNPre (folded LayerNorm) R must fix the all-ones vector (R 1 = 1)")
-    elif norm is not None:
-        raise ValueError(f"cannot rotate a model with normalization_type {norm!r}: call fold_layernorm "
-                         f"first (LN), or train without a per-coordinate gain")
-    out = copy.deepcopy(model)
-    with torch.no_grad():
-        for name, p in out.named_parameters():
-            leaf, Rp = name.split(".")[-1], R.to(p.dtype)
-            if leaf in _READERS:
-                p.copy_(torch.einsum("ij,...jk->...ik", Rp, p))
-            elif leaf in _WRITERS:
-                p.copy_(p @ Rp.T)
-            elif leaf not in _UNTOUCHED:
-                raise ValueError(f"rotate_residual does not know how to rotate parameter {name} {tuple(p.shape)}")
-    return out
-
-
-def interpolate(a: torch.nn.Module, b: torch.nn.Module, alpha: float) -> torch.nn.Module:
-    "A copy of `a` with parameters (1 − alpha)·θ_a + alpha·θ_b."
-    pa, pb = dict(a.named_parameters()), dict(b.named_parameters())
-    if pa.keys() != pb.keys() or any(pa[k].shape != pb[k].shape for k in pa):
-        raise ValueError("interpolate needs two models with the same parameter names and shapes")
-    out = copy.deepcopy(a)
-    with torch.no_grad():
-        for name, p in out.named_parameters():
-            p.copy_((1 - alpha) * pa[name] + alpha * pb[name])
-    return out
-
-# %% ../nbs/20_train.ipynb #0bdfb86f
-def _complement(U: Tensor) -> Tensor:
-    "An orthonormal basis [D, D − k] of the orthogonal complement of span(U) [D, k] (deterministic)."
-    D, k = U.shape
-    Q, _ = torch.linalg.qr(torch.cat([U, torch.eye(D, dtype=U.dtype)], 1))   # [D, D]
-    return Q[:, k:]
-
-
-def core_aligned_rotation(acts_a: Tensor, acts_b: Tensor, core_a: Tensor, core_b: Tensor,
-                          fix_ones: bool = False) -> Tensor:
-    "Orthogonal R [D, D] (float64) carrying B's residual stream onto A's, core onto core (Procrustes on each part)."
-    Ha, Hb = (torch.as_tensor(a).detach().reshape(-1, a.shape[-1]).double().cpu() for a in (acts_a, acts_b))
-    Ua, Ub = (torch.as_tensor(getattr(c, "basis", c)).double().cpu() for c in (core_a, core_b))
-    if Ha.shape != Hb.shape or Ua.shape != Ub.shape or Ua.shape[0] != Ha.shape[1]:
-        raise ValueError(f"acts_a {tuple(Ha.shape)} and acts_b {tuple(Hb.shape)} must match, and the cores "
-                         f"{tuple(Ua.shape)}, {tuple(Ub.shape)} must be [D, k] with the same D and k")
-    D = Ha.shape[1]
-    Ha, Hb = Ha - Ha.mean(0), Hb - Hb.mean(0)                       # [N, D] centred
-    n = torch.ones(D, 1, dtype=torch.float64) / math.sqrt(D)
-    if fix_ones:                                                    # keep the cores out of the ones direction
-        Ua, Ub = (torch.linalg.qr(U - n @ (n.T @ U))[0] for U in (Ua, Ub))
-    Q, _ = procrustes(Hb @ Ub, Ha @ Ua)                             # [k, k]: Z_B Q ≈ Z_A
-    Ca, Cb = (_complement(torch.cat([U, n], 1) if fix_ones else U) for U in (Ua, Ub))
-    Qc, _ = procrustes(Hb @ Cb, Ha @ Ca)                            # [D − k (− 1), same]
-    R = Ua @ Q.T @ Ub.T + Ca @ Qc.T @ Cb.T
-    return R + n @ n.T if fix_ones else R

@@ -1,5 +1,6 @@
-"""Tests for coreinv.tasks.modular: the a + b mod p task, its Fourier analysis, grokking times,
-rotations in the core, the scaling-law fit, and the full-batch training wrapper."""
+"""Tests for coreinv.tasks.modular beyond the notebook's own checks (nbs/22_tasks_modular.ipynb, run by
+nbval): more bad inputs, exact Fourier powers, censoring in the scaling fit, rotations of scaled codes,
+resuming a killed run, and core_at's bisection against a full sweep."""
 import math
 
 import numpy as np
@@ -8,10 +9,8 @@ import torch
 
 import coreinv.tasks.modular as mod
 from coreinv.identify import operator_spectrum
-from coreinv.tasks.modular import (active_frequencies, core_at, core_layer, fit_scaling_law, first_step,
-                                   fourier_basis, frequency_power, grokking_sweep, grokking_times,
-                                   log_columns, make_modular_model, modular_data, participation_ratio,
-                                   pick_steps, predict_tau, rotation_summary, shift_operator, smallest_k,
+from coreinv.tasks.modular import (active_frequencies, core_at, fit_scaling_law, frequency_power, log_columns,
+                                   make_modular_model, modular_data, predict_tau, rotation_summary, shift_operator,
                                    track_cores, train_modular)
 
 TINY = dict(n_layers=1, d_model=16, n_heads=2, d_mlp=32)
@@ -26,28 +25,11 @@ def one_thread():
     torch.set_num_threads(n)
 
 
-def test_modular_data_is_the_task_and_a_seeded_partition():
-    d = modular_data(11, 0.3, seed=4)
-    a, b, eq = d.tokens.T
-    assert (eq == 11).all() and torch.equal(d.labels, (a + b) % 11)
-    assert torch.equal(d.tokens[5 * 11 + 9], torch.tensor([5, 9, 11]))
-    assert sorted(torch.cat([d.train, d.test]).tolist()) == list(range(121))
-    assert len(d.train) == round(0.3 * 121)
-    assert torch.equal(modular_data(11, 0.3, seed=4).train, d.train)
-    assert not torch.equal(modular_data(11, 0.3, seed=5).train, d.train)
-
-
 @pytest.mark.parametrize("kw", [dict(p=2, train_frac=0.5), dict(p=7, train_frac=0.0), dict(p=7, train_frac=1.0),
                                 dict(p=7.0, train_frac=0.5)])
 def test_modular_data_refuses_bad_input(kw):
     with pytest.raises(ValueError):
         modular_data(**kw)
-
-
-@pytest.mark.parametrize("p", [10, 13])
-def test_fourier_basis_is_orthonormal(p):
-    B = fourier_basis(p)
-    assert torch.allclose(B @ B.T, torch.eye(p, dtype=torch.float64), atol=1e-12)
 
 
 def test_frequency_power_finds_planted_frequencies():
@@ -65,15 +47,6 @@ def test_frequency_power_finds_planted_frequencies():
         frequency_power(torch.randn(17))
     with pytest.raises(ValueError):
         active_frequencies(power, rel=0.0)
-
-
-def test_grokking_times_known_answer_and_censoring():
-    log = {"step": [0, 10, 20, 30, 40, 50], "train_acc": [0, 0.5, 1, 1, 1, 1], "test_acc": [0, 0, .1, .2, .96, .99]}
-    assert grokking_times(log) == {"tau_fit": 20, "tau_grok": 40, "delay_ratio": 1.0}
-    assert grokking_times({**log, "test_acc": [0] * 6})["tau_grok"] is None
-    assert first_step([1, 2, 3], [0.1, 0.2, 0.3], 0.5) is None
-    with pytest.raises(ValueError):
-        grokking_times({"step": [0]})
 
 
 def test_fit_scaling_law_recovers_exponents_and_handles_censoring():
@@ -113,20 +86,6 @@ def test_shift_operator_of_exact_rotation_codes():
         shift_operator(Z[:-1], p)
 
 
-def test_smallest_k_and_participation_ratio():
-    for t in (1, 5, 17, 30):
-        assert smallest_k(lambda k: k >= t, 30) == t
-    assert smallest_k(lambda k: False, 30) is None and smallest_k(lambda k: True, 0) is None
-    assert participation_ratio([2, 2, 2, 2]) == pytest.approx(4) and participation_ratio([1, 0]) == 1
-
-
-def test_pick_steps_and_core_layer():
-    steps = pick_steps(range(0, 5001, 50), 10, include=[333])
-    assert steps[0] == 0 and steps[-1] == 5000 and 350 in steps and len(steps) <= 11
-    row = {"L0_ace_suff": None, "L0_ace_kmax": 30, "L1_ace_suff": 8, "L1_ace_kmax": 30}
-    assert core_layer(row, 2) == 1
-
-
 def _train_tiny(steps=40, **kw):
     data = modular_data(7, 0.6, seed=0)
     model = make_modular_model(7, seed=0, **TINY)
@@ -156,36 +115,18 @@ def test_train_modular_resumes_after_a_kill(tmp_path, monkeypatch):
     assert np.allclose(log_columns(log_b)["test_acc"], log_columns(log_a)["test_acc"])
 
 
-def test_train_modular_learns_and_stops():
-    _, _, log, _ = _train_tiny(steps=60)
-    c = log_columns(log)
-    assert c["train_loss"][-1] < 0.5 * c["train_loss"][0] and list(c["step"]) == [0, 10, 20, 30, 40, 50, 60]
-    _, _, log2, _ = _train_tiny(steps=60, stop_at=0.0)
-    assert list(log_columns(log2)["step"]) == [0]
-    with pytest.raises(ValueError):
-        _train_tiny(snapshot_every=15)
-    with pytest.raises(ValueError):
-        _train_tiny(stop_at=0.9, checkpoint_dir="x")
-
-
-def test_core_at_and_track_cores_on_a_tiny_run():
+def test_core_at_bisection_agrees_with_a_sweep():
     model, data, log, snaps = _train_tiny(steps=40, snapshot_every=20)
     r = core_at(model, data, "blocks.0.hook_resid_post")
-    assert r["ace_kmax"] <= data.p - 1 and r["pca_kmax"] == 16
-    for key in ("ace_suff", "ace_nec", "pca_suff", "pca_nec"):
-        assert r[key] is None or 1 <= r[key] <= r[key.split("_")[0] + "_kmax"]
-    assert r["test_acc"] == pytest.approx(float((mod.answer_logits(model, data, data.test).argmax(-1)
-                                                 == data.labels[data.test]).float().mean()))
-    rows = track_cores(model, snaps, data, progress=False)
-    assert [row["step"] for row in rows] == [0, 20, 40]
-    for row in rows:
-        assert len(row["L0_eigvals"]) == row["L0_rot_k"] and row["L0_unit_dev"] >= 0
-        assert row["n_active"] == len(row["key_freqs"]) >= 1
+    assert r.pca_dims.ks[-1] == 16
+    # the bisection's answer is the smallest sufficient k of a full sweep
+    ev = mod.hook_evaluator(model, "blocks.0.hook_resid_post", data.tokens[data.test], mod.answer_accuracy(7), pos=-1)
+    full = mod.core_dims(ev, r.ace, r.ace_dims.ks, r.test_acc, 1 / 7, 0.95 * r.test_acc, 2 / 7, thresholds="raw",
+                         higher_is_better=True)
+    k = r.ace_dims.k_sufficient                        # a sufficient k, or None when the largest k is not
+    assert (k is None) == (full.keep[-1] < 0.95 * r.test_acc)
+    assert k is None or full.keep[full.ks.index(k)] >= 0.95 * r.test_acc
+    rows = track_cores(model, {40: snaps[40]}, data, progress=False)   # the same numbers at the last snapshot
+    assert rows[0].cores[0].ace_dims == r.ace_dims and rows[0].cores[0].test_acc == r.test_acc
 
 
-def test_grokking_sweep_marks_censored_runs():
-    rows = grokking_sweep([1.0], [5, 7], max_steps=20, log_every=10, model_kw=TINY, progress=False)
-    assert [(r["omega"], r["p"]) for r in rows] == [(1.0, 5), (1.0, 7)]
-    for r in rows:
-        assert r["censored"] == (r["tau_grok"] is None)
-        assert r["tau"] == (20 if r["censored"] else r["tau_grok"])

@@ -4,21 +4,23 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..ablate import hook_evaluator, pca_core, random_core
+from ..ablate import CoreDims, core_dims, hook_evaluator, pca_core, random_core
 from ..ace import ACE, Core, record_activation
+from ..compare import projector_overlap
 from ..identify import fit_operator, lagged_pairs, match_spectra, operator_spectrum
 from ..train import TrainLog, make_transformer, train
 
 # %% auto #0
 __all__ = ['HOOK', 'markov_chain', 'stationary_distribution', 'nontrivial_eigenvalues', 'sample_chain', 'bayes_next',
            'entropy_rate', 'unigram_kl', 'kl_to_bayes', 'next_token_loss', 'accuracy', 'markov_metrics', 'train_markov',
-           'answer_logprobs', 'markov_core_report']
+           'answer_logprobs', 'MarkovCoreReport', 'markov_core_report']
 
 # %% ../../nbs/21_tasks_markov.ipynb #756a2ca2
 def _real_block(nontrivial: np.ndarray) -> np.ndarray:
@@ -167,10 +169,54 @@ def answer_logprobs(logits: Tensor, tokens: Tensor) -> Tensor:
     return logits.log_softmax(-1)
 
 
+@dataclass
+class MarkovCoreReport:
+    "What `markov_core_report` measured on one model."
+    metrics: dict[str, float]           # `markov_metrics` on the evaluation tokens
+    intact_kl: float                    # KL to Bayes of the intact model
+    chance_kl: float                    # KL to Bayes of the best input-independent predictor
+    sv: np.ndarray                      # [≤ 3] ACE (JVP form) singular values
+    sweep: dict[str, CoreDims]          # "ace", "pca", "random": keep/remove KL per k
+    core: Core                          # ACE's k-dim core
+    eigenvalues: np.ndarray             # [k] eigenvalues of the operator fitted in the core
+    eig_error: float                    # `match_spectra` distance to the chain's non-trivial eigenvalues
+    sv_gramian: np.ndarray | None = None    # with `gramian=True`: the Gramian form's singular values
+    overlap_gramian: float | None = None    # and the projector overlap of its k-dim core with `core`
+
+
 def markov_core_report(model: torch.nn.Module, T: np.ndarray, ace_tokens: Tensor, eval_tokens: Tensor,
                        op_tokens: Tensor, ks: Sequence[int] = (1, 2, 3, 4, 5, 6), k: int = 3,
-                       hook: str = HOOK, gramian: bool = False, seed: int = 0) -> dict:
-    "ACE spectrum, keep/remove sweeps (ACE, random, PCA) and the core operator's eigenvalues for one model."
+                       hook: str = HOOK, gramian: bool = False, seed: int = 0) -> MarkovCoreReport:
+    """ACE spectrum, keep/remove sweeps (ACE, random, PCA) and the core operator's eigenvalues for one model.
+
+    Parameters
+    ----------
+    model : HookedTransformer
+        A model trained on the chain `T` (`train_markov`).
+    T : ndarray [n, n]
+        The transition matrix.
+    ace_tokens, eval_tokens, op_tokens : Tensor [batch, pos]
+        Sequences to fit ACE on, to score the ablations on (KL to Bayes), and to fit the operator on.
+    ks : sequence of int
+        The dimensions of the sweeps (ACE's stops at its rank).
+    k : int
+        The core dimension for the operator (and the Gramian comparison).
+    hook : str
+        The TransformerLens hook.
+    gramian : bool
+        Also fit ACE's Gramian form (refused by ACE when the readout is linear).
+    seed : int
+        Seeds the random baseline (seed + k for dimension k).
+
+    Returns
+    -------
+    MarkovCoreReport
+
+    Raises
+    ------
+    ValueError
+        If ACE finds fewer than `k` directions.
+    """
     kl = lambda logits, tokens: kl_to_bayes(logits, tokens, T)
     ace = ACE(method="jvp").fit_hook(model, ace_tokens, hook, answer_logprobs)
     if ace.rank_ < k:
@@ -178,18 +224,19 @@ def markov_core_report(model: torch.nn.Module, T: np.ndarray, ace_tokens: Tensor
     acts = record_activation(model, hook, ace_tokens)[0]                      # [batch, pos, D]
     flat = acts.reshape(-1, acts.shape[-1])                                    # [batch·pos, D]
     evaluate = hook_evaluator(model, hook, eval_tokens, kl)
-    cores = dict(ace=(ace.core, [j for j in ks if j <= ace.rank_]),
+    intact, chance = evaluate(None), unigram_kl(T)
+    cores = dict(ace=(ace, [j for j in ks if j <= ace.rank_]),
                  pca=(lambda j: pca_core(flat, j), list(ks)),
                  random=(lambda j: random_core(flat.shape[1], j, ace.mean_, seed=seed + j), list(ks)))
-    sweep = {name: dict(ks=js, **{mode: [evaluate(get(j), mode) for j in js] for mode in ("keep", "remove")})
-             for name, (get, js) in cores.items()}
+    sweep = {name: core_dims(evaluate, get, js, intact, chance) for name, (get, js) in cores.items()}
     core = ace.core(k)
     Z = core.coords(record_activation(model, hook, op_tokens)[0].double())    # [batch, pos, k]
     eig = operator_spectrum(fit_operator(*lagged_pairs(Z)))
-    out = dict(metrics=markov_metrics(model, T, eval_tokens), intact_kl=evaluate(None), sv=ace.singular_values_.numpy(),
-               sweep=sweep, core=core, eigenvalues=eig, eig_error=match_spectra(eig, nontrivial_eigenvalues(T))[0])
+    out = MarkovCoreReport(markov_metrics(model, T, eval_tokens), intact, chance, ace.singular_values_.numpy(),
+                           sweep, core, eig, match_spectra(eig, nontrivial_eigenvalues(T))[0])
     if gramian:
         gram = ACE(method="gramian").fit_hook(model, ace_tokens, hook, answer_logprobs)
-        out.update(sv_gramian=gram.singular_values_.numpy(),
-                   overlap_gramian=float((gram.core(k).basis.T @ core.basis).pow(2).sum() / k))
+        out.sv_gramian = gram.singular_values_.numpy()
+        out.overlap_gramian = projector_overlap(gram.core(k), core)
     return out
+

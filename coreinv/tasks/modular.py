@@ -5,22 +5,29 @@ from __future__ import annotations
 
 import copy
 import math
-import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from scipy.optimize import linear_sum_assignment
 from torch import Tensor
+from tqdm import tqdm
+
+from ..ablate import CoreDims, core_dims, hook_evaluator, pca_core
+from ..ace import ACE, record_activation
+from ..identify import fit_operator, operator_spectrum
+from ..train import TrainLog, _save_atomic, make_transformer, train
 
 # %% auto #0
-__all__ = ['ModularData', 'modular_data', 'answer_logits', 'weight_norm', 'evaluate', 'fourier_basis', 'frequency_power',
+__all__ = ['ModularData', 'modular_data', 'answer_logits', 'answer_accuracy', 'evaluate', 'fourier_basis', 'frequency_power',
            'active_frequencies', 'first_step', 'grokking_times', 'make_modular_model', 'train_modular', 'log_columns',
-           'ablated_accuracy', 'smallest_k', 'participation_ratio', 'core_at', 'shift_operator', 'rotation_summary',
-           'pick_steps', 'track_cores', 'column', 'row_at', 'core_layer', 'fit_scaling_law', 'predict_tau',
-           'grokking_sweep', 'plot_training', 'plot_core_dims', 'plot_eigs', 'plot_scaling', 'plot_inflation']
+           'participation_ratio', 'LayerCore', 'core_at', 'shift_operator', 'rotation_summary', 'pick_steps',
+           'CoreSnapshot', 'track_cores', 'column', 'row_at', 'core_layer', 'fit_scaling_law', 'predict_tau',
+           'grokking_sweep']
 
 # %% ../../nbs/22_tasks_modular.ipynb #3c36a1d2
 @dataclass(frozen=True)
@@ -65,21 +72,34 @@ def answer_logits(model, data: ModularData, rows: Tensor | None = None, batch_si
     return torch.cat(outs).float().cpu()                                     # [batch, p]
 
 
-def weight_norm(model) -> float:
-    "The global L2 norm of all parameters."
-    return float(torch.sqrt(sum((w.detach().double() ** 2).sum() for w in model.parameters())))
+def answer_accuracy(p: int) -> Callable[[Tensor, Tensor], float]:
+    """A metric for `coreinv.ablate.hook_evaluator`: accuracy of the `=` answer, from logits and tokens [a, b, =].
+
+    Parameters
+    ----------
+    p : int
+        The modulus; the answer to tokens (a, b, =) is (a + b) mod p, read from the first p logits.
+
+    Returns
+    -------
+    callable
+        `metric(logits [batch, 3, d_vocab_out], tokens [batch, 3]) -> float`, the share of correct answers.
+    """
+    def metric(logits: Tensor, tokens: Tensor) -> float:               # [batch, 3, d_vocab_out], [batch, 3]
+        answer = (tokens[:, 0] + tokens[:, 1]) % p                     # [batch]
+        return float((logits[:, -1, :p].argmax(-1) == answer).float().mean())
+    return metric
 
 
 @torch.no_grad()
 def evaluate(model, data: ModularData) -> dict[str, float]:
-    "Train/test loss and accuracy at the `=` position, and the weight norm."
+    "Train/test loss and accuracy at the `=` position."
     logits = answer_logits(model, data)                                      # [p*p, p]
     out = {}
     for split, rows in (("train", data.train), ("test", data.test)):
         lg, y = logits[rows], data.labels[rows]
         out[f"{split}_loss"] = float(F.cross_entropy(lg, y))
         out[f"{split}_acc"] = float((lg.argmax(-1) == y).float().mean())
-    out["weight_norm"] = weight_norm(model)
     return out
 
 # %% ../../nbs/22_tasks_modular.ipynb #1b72a20d
@@ -138,72 +158,62 @@ def grokking_times(log: dict, test_level: float = 0.95) -> dict:
 def make_modular_model(p: int, n_layers: int = 2, d_model: int = 128, n_heads: int = 4, d_mlp: int = 512,
                        seed: int = 0, normalization_type: str | None = "LN", device="cpu"):
     "A `HookedTransformer` for a + b mod p: p + 1 tokens (residues and `=`), context 3 (`coreinv.train.make_transformer`)."
-    from coreinv.train import make_transformer
     return make_transformer(n_layers, d_model, n_heads, p + 1, 3, d_mlp, seed=seed,
                             normalization_type=normalization_type, device=device)
-
-
-class _Stop(Exception):
-    "Raised from the evaluation callback to end a run early."
-
-
-def _save_atomic(obj, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
 
 
 def train_modular(model, data: ModularData, steps: int, *, lr: float = 3e-3, weight_decay: float = 1.0,
                   betas: tuple[float, float] = (0.9, 0.98), seed: int = 0, log_every: int = 10,
                   snapshot_every: int | None = None, checkpoint_dir: str | Path | None = None,
-                  checkpoint_every: int | None = None, stop_at: float | None = None,
-                  progress: bool = True, desc: str = "grokking"):
-    "Full-batch AdamW on `data.train` (via `coreinv.train.train`); returns (log, {step: state_dict})."
-    from coreinv.train import CHECKPOINT_NAME, TrainLog, train
-    from tqdm import tqdm
-    for name, every in (("snapshot_every", snapshot_every), ("checkpoint_every", checkpoint_every)):
-        if every is not None and (every < 1 or every % log_every):
-            raise ValueError(f"{name}={every} must be a positive multiple of log_every={log_every}")
+                  checkpoint_every: int | None = None, stop_at: float | None = None, threads: int | None = 1,
+                  progress: bool = True, desc: str = "grokking") -> tuple[TrainLog, dict[int, dict]]:
+    """Full-batch AdamW on `data.train` (via `coreinv.train.train`); returns (log, {step: state_dict}).
+
+    Parameters
+    ----------
+    model : HookedTransformer
+        Trained in place (`make_modular_model`).
+    data : ModularData
+    steps : int
+    lr, weight_decay, betas, seed, log_every, checkpoint_dir, checkpoint_every, threads, progress, desc
+        As in `coreinv.train.train`.
+    snapshot_every : int, optional
+        Keep a copy of the weights every `snapshot_every` steps (and at step 0).
+    stop_at : float, optional
+        End the run at the first logged step with test accuracy ≥ `stop_at`.
+
+    Returns
+    -------
+    (TrainLog, dict)
+        The log (with `evaluate`'s columns) and the snapshots by step, in step order.
+
+    Raises
+    ------
+    ValueError
+        If `snapshot_every` < 1, or `stop_at` and `checkpoint_dir` are both given.
+    """
+    if snapshot_every is not None and snapshot_every < 1:
+        raise ValueError(f"snapshot_every must be a positive number of steps, got {snapshot_every}")
     if stop_at is not None and checkpoint_dir is not None:
         raise ValueError("stop_at ends a run early and cannot be resumed: pass either stop_at or checkpoint_dir")
-    ckdir = Path(checkpoint_dir) if checkpoint_dir is not None else None
-    snapdir = ckdir / "snapshots" if ckdir is not None and snapshot_every else None
-    start = 0
-    if ckdir is not None and (ckdir / CHECKPOINT_NAME).exists():
-        start = int(torch.load(ckdir / CHECKPOINT_NAME, weights_only=False, map_location="cpu")["step"])
+    snapdir = Path(checkpoint_dir) / "snapshots" if checkpoint_dir is not None and snapshot_every else None
     x, y = data.tokens[data.train], data.labels[data.train]            # [n_train, 3], [n_train]
-    state = {"step": None if start == 0 else start, "rows": []}
     snaps: dict[int, dict] = {}
 
-    bar = tqdm(total=steps, initial=start, desc=desc, disable=not progress, mininterval=2.0, leave=False)
-
-    def eval_fn(m):
-        step = 0 if state["step"] is None else min(state["step"] + log_every, steps)
-        bar.update(step - (state["step"] or start))
-        state["step"] = step
-        metrics = evaluate(m, data)
-        state["rows"].append({"step": step, **metrics})
+    def callback(step: int, m, row: dict | None) -> bool:
         if snapshot_every and step % snapshot_every == 0:
             snaps[step] = {k: v.detach().clone() for k, v in m.state_dict().items()}
             if snapdir is not None: _save_atomic(snaps[step], snapdir / f"step_{step:07d}.pt")
-        if stop_at is not None and metrics["test_acc"] >= stop_at:
-            raise _Stop
-        return metrics
+        return stop_at is not None and row is not None and row["test_acc"] >= stop_at
 
     dev = next(model.parameters()).device
-    try:
-        log = train(model, lambda gen: (x.to(dev), y.to(dev)),
-                    lambda m, b: F.cross_entropy(m(b[0])[:, -1, :data.p], b[1]), steps,
-                    lr=lr, betas=betas, weight_decay=weight_decay, seed=seed, eval_fn=eval_fn,
-                    log_every=log_every, checkpoint_dir=ckdir,
-                    checkpoint_every=checkpoint_every, progress=False)
-    except _Stop:
-        model.eval()
-        log = TrainLog(state["rows"])
-    finally:
-        bar.close()
-    if snapdir is not None and snapdir.exists():
+    log = train(model, lambda gen: (x.to(dev), y.to(dev)),
+                lambda m, b: F.cross_entropy(m(b[0])[:, -1, :data.p], b[1]), steps,
+                lr=lr, betas=betas, weight_decay=weight_decay, seed=seed,
+                eval_fn=lambda m: evaluate(m, data), callback=callback, log_every=log_every,
+                checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, threads=threads,
+                progress=progress, desc=desc)
+    if snapdir is not None and snapdir.exists():                       # a resumed run: earlier snapshots
         for f in sorted(snapdir.glob("step_*.pt")):
             s = int(f.stem.split("_")[1])
             if s not in snaps: snaps[s] = torch.load(f, weights_only=True, map_location="cpu")
@@ -217,38 +227,37 @@ def log_columns(log) -> dict[str, np.ndarray]:
     return {k: np.array([r.get(k, np.nan) for r in rows], dtype=float) for k in keys}
 
 # %% ../../nbs/22_tasks_modular.ipynb #f1c499e8
-@torch.no_grad()
-def ablated_accuracy(model, data: ModularData, hook: str | None = None, core=None, mode: str = "keep",
-                     rows: Tensor | None = None) -> float:
-    "Accuracy on `rows` (default: test) with `core` kept or removed at the `=` position of `hook` (None: intact)."
-    from coreinv.ablate import ablate
-    rows = data.test if rows is None else rows
-    if core is None:
-        logits = answer_logits(model, data, rows)
-    else:
-        with ablate(model, hook, core, mode, pos=-1):
-            logits = answer_logits(model, data, rows)
-    return float((logits.argmax(-1) == data.labels[rows]).float().mean())
-
-
-def smallest_k(ok, k_max: int) -> int | None:
-    "The smallest k in 1..`k_max` with `ok(k)` true, by bisection (assumes ok is monotone); None if none."
-    if k_max < 1 or not ok(k_max):
-        return None
-    lo, hi = 1, k_max                                                  # ok(hi) holds
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if ok(mid): hi = mid
-        else: lo = mid + 1
-    return hi
-
-
 def participation_ratio(s) -> float:
     "(Σσ)² / Σσ²: the effective number of singular values."
     s = np.abs(np.asarray(s, dtype=np.float64))
     return float(s.sum() ** 2 / (s ** 2).sum()) if (s > 0).any() else 0.0
 
 # %% ../../nbs/22_tasks_modular.ipynb #0cdc82a3
+@dataclass
+class LayerCore:
+    "What `core_at` measured at one hook: the ACE and PCA core dimensions, spectra and participation ratios."
+    hook: str
+    test_acc: float                     # intact
+    ace_dims: CoreDims
+    pca_dims: CoreDims
+    ace_sv: np.ndarray                  # [rank] ACE singular values
+    pca_sv: np.ndarray                  # [min(p*p, d_model)] singular values of the centred activations
+    ace: ACE | None = None              # the fitted ACE (None once `track_cores` has used it)
+    acts: Tensor | None = None          # [p*p, d_model] activations at the `=` position
+
+    @property
+    def ace_pr(self) -> float: return participation_ratio(self.ace_sv)
+    @property
+    def pca_pr(self) -> float: return participation_ratio(self.pca_sv)
+
+    def summary(self) -> dict:
+        "The numbers, JSON-friendly (k = None: more than the largest k tried)."
+        return dict(hook=self.hook, test_acc=self.test_acc, ace_pr=self.ace_pr, pca_pr=self.pca_pr,
+                    **{f"{name}_{what}": getattr(d, attr) for name, d in (("ace", self.ace_dims), ("pca", self.pca_dims))
+                       for what, attr in (("suff", "k_sufficient"), ("nec", "k_necessary"))},
+                    ace_kmax=self.ace_dims.ks[-1], pca_kmax=self.pca_dims.ks[-1])
+
+
 def _answer_logprobs(p: int):
     def readout(out, x):                                               # out: [batch, pos, d_vocab_out]
         return out[:, -1, :p].log_softmax(-1)                          # [batch, p]
@@ -256,36 +265,47 @@ def _answer_logprobs(p: int):
 
 
 def core_at(model, data: ModularData, hook: str, level_suff: float = 0.95, level_nec: float | None = None,
-            k_max: int | None = None) -> dict:
-    "ACE and PCA cores at the `=` position of `hook`, with smallest sufficient/necessary k and PR."
-    from coreinv.ace import ACE, record_activation
-    from coreinv.ablate import pca_core
+            k_max: int | None = None) -> LayerCore:
+    """ACE and PCA cores at the `=` position of `hook`, with their smallest sufficient and necessary k.
+
+    Parameters
+    ----------
+    model : HookedTransformer
+    data : ModularData
+        ACE is fitted on all p² pairs; the ablations are scored on the test split.
+    hook : str
+        A TransformerLens hook name, e.g. `blocks.1.hook_resid_post`.
+    level_suff : float
+        Sufficient: keeping the core leaves test accuracy ≥ `level_suff` × the intact accuracy.
+    level_nec : float, optional
+        Necessary: removing the core drops test accuracy to ≤ `level_nec` (default 2/p, twice chance).
+    k_max : int, optional
+        The largest k tried (default: ACE's rank, and d_model for PCA).
+
+    Returns
+    -------
+    LayerCore
+    """
     level_nec = 2 / data.p if level_nec is None else level_nec
     model.eval()
-    toks = data.tokens.to(next(model.parameters()).device)           # [p*p, 3]
+    dev = next(model.parameters()).device
+    toks = data.tokens.to(dev)                                         # [p*p, 3]
     ace = ACE(method="jvp").fit_hook(model, toks, hook, readout=_answer_logprobs(data.p), pos=-1)
     acts = record_activation(model, hook, toks)[0][:, -1].cpu()      # [p*p, d_model]
-    intact = ablated_accuracy(model, data, hook)
-    out = {"hook": hook, "test_acc": intact, "ace": ace, "ace_sv": ace.singular_values_.numpy(),
-           "ace_pr": participation_ratio(ace.singular_values_)}
-    d = acts.shape[1]
+    evaluate = hook_evaluator(model, hook, data.tokens[data.test].to(dev), answer_accuracy(data.p), pos=-1)
+    intact = evaluate(None)
     pca_sv = torch.linalg.svdvals(acts.double() - acts.double().mean(0))   # [min(p*p, d)]
-    out["pca_sv"], out["pca_pr"] = pca_sv.numpy(), participation_ratio(pca_sv)
-    out["acts"] = acts
-    kinds = {"ace": (ace.core, ace.rank_), "pca": (lambda k: pca_core(acts, k), d)}
-    for name, (core, rank) in kinds.items():
+    dims = {}
+    for name, cores, rank in (("ace", ace.core, ace.rank_), ("pca", lambda k: pca_core(acts, k), acts.shape[1])):
         top = rank if k_max is None else min(rank, k_max)
-        out[f"{name}_suff"] = smallest_k(
-            lambda k: ablated_accuracy(model, data, hook, core(k), "keep") >= level_suff * intact, top)
-        out[f"{name}_nec"] = smallest_k(
-            lambda k: ablated_accuracy(model, data, hook, core(k), "remove") <= level_nec, top)
-        out[f"{name}_kmax"] = top
-    return out
+        dims[name] = core_dims(evaluate, cores, range(1, top + 1), intact, 1 / data.p, level_suff * intact,
+                               level_nec, thresholds="raw", higher_is_better=True, search="bisect")
+    return LayerCore(hook, intact, dims["ace"], dims["pca"], ace.singular_values_.numpy(), pca_sv.numpy(),
+                     ace, acts)
 
 # %% ../../nbs/22_tasks_modular.ipynb #e434b8e5
 def shift_operator(Z: Tensor, p: int, ridge: float = 0.0) -> Tensor:
     "Least-squares operator A with code(a+1, b) ≈ A code(a, b), from codes `Z` [p*p, k] (row a*p+b)."
-    from coreinv.identify import fit_operator
     Z = torch.as_tensor(Z).detach().to("cpu", torch.float64)
     if Z.ndim != 2 or Z.shape[0] != p * p:
         raise ValueError(f"Z must be [p*p, k] = [{p * p}, k] with row a*p+b for (a, b), got {tuple(Z.shape)}")
@@ -296,7 +316,6 @@ def shift_operator(Z: Tensor, p: int, ridge: float = 0.0) -> Tensor:
 
 def rotation_summary(eigvals, p: int, freqs) -> dict:
     "Mean ||λ|−1|, and how far the rotation angles arg λ are from 2πf/p for the strongest key frequencies `freqs`."
-    from scipy.optimize import linear_sum_assignment
     ev = np.asarray(eigvals, dtype=np.complex128).ravel()
     if ev.size == 0:
         raise ValueError("no eigenvalues given")
@@ -327,50 +346,107 @@ def pick_steps(steps, n: int, include=()) -> list[int]:
     return sorted(chosen)
 
 
+@dataclass
+class CoreSnapshot:
+    "What `track_cores` measured at one snapshot: per layer, the core and its shift operator's spectrum."
+    step: int
+    key_freqs: list[int]                # active Fourier frequencies of the embedding, strongest first
+    power: np.ndarray                   # [p//2] share of the embedding's power per frequency
+    cores: list[LayerCore]              # one per layer (without the fitted ACE and activations)
+    rot_k: list[int]                    # per layer: the core dimension the operator was fitted in
+    eigvals: list[np.ndarray]           # per layer: [rot_k] the shift operator's eigenvalues
+    rotations: list[dict]               # per layer: `rotation_summary`
+
+    @property
+    def n_active(self) -> int: return len(self.key_freqs)
+
+    def summary(self) -> dict:
+        "The numbers, JSON-friendly (no spectra)."
+        return dict(step=self.step, n_active=self.n_active, key_freqs=self.key_freqs,
+                    layers=[dict(c.summary(), rot_k=k, **{n: v for n, v in r.items() if n != "angle_err_by_f"})
+                            for c, k, r in zip(self.cores, self.rot_k, self.rotations)])
+
+
 def track_cores(model, snapshots: dict, data: ModularData, hooks: list[str] | None = None,
-                rel: float = 0.1, progress: bool = True) -> list[dict]:
-    "Core dims, participation ratios, Fourier frequencies and the shift operator's spectrum at each snapshot."
-    from coreinv.identify import operator_spectrum
-    from tqdm import tqdm
+                rel: float = 0.1, progress: bool = True) -> list[CoreSnapshot]:
+    """Core dims, participation ratios, Fourier frequencies and the shift operator's spectrum at each snapshot.
+
+    Parameters
+    ----------
+    model : HookedTransformer
+        A model of the run's configuration (copied; its weights are replaced by each snapshot's).
+    snapshots : dict
+        `{step: state_dict}`, as `train_modular` returns them.
+    data : ModularData
+    hooks : list of str, optional
+        One per layer (default: every `blocks.{l}.hook_resid_post`).
+    rel : float
+        A frequency is active when its power is ≥ `rel` × the largest (`active_frequencies`).
+    progress : bool
+
+    Returns
+    -------
+    list of CoreSnapshot
+        One per snapshot, in the order of `snapshots`.
+    """
     hooks = hooks or [f"blocks.{l}.hook_resid_post" for l in range(model.cfg.n_layers)]
     m, rows = copy.deepcopy(model), []
     for step, sd in tqdm(snapshots.items(), desc="cores", disable=not progress, leave=False):
         m.load_state_dict(sd); m.eval()
         power = frequency_power(m.W_E[:data.p])                         # [p//2]
         keys = active_frequencies(power, rel)
-        row = {"step": int(step), "n_active": len(keys), "key_freqs": keys, "power": power}
-        for l, hook in enumerate(hooks):
+        row = CoreSnapshot(int(step), keys, power, [], [], [], [])
+        for hook in hooks:
             r = core_at(m, data, hook)
-            for k in ("test_acc", "ace_suff", "ace_nec", "pca_suff", "pca_nec", "ace_pr", "pca_pr",
-                      "ace_kmax", "pca_kmax"):
-                row[f"L{l}_{k}"] = r[k]
-            row[f"L{l}_ace_sv"] = r["ace_sv"]
-            k = r["ace_suff"] or r["ace"].rank_
-            ev = operator_spectrum(shift_operator(r["ace"].transform(r["acts"], k), data.p))
-            rot = rotation_summary(ev, data.p, keys)
-            row.update({f"L{l}_rot_k": k, f"L{l}_eigvals": ev, f"L{l}_unit_dev": rot["unit_dev"],
-                        f"L{l}_angle_err": rot["angle_err"], f"L{l}_coverage_err": rot["coverage_err"],
-                        f"L{l}_n_planes": rot["n_planes"]})
+            k = r.ace_dims.k_sufficient or r.ace.rank_
+            ev = operator_spectrum(shift_operator(r.ace.transform(r.acts, k), data.p))
+            row.cores.append(LayerCore(r.hook, r.test_acc, r.ace_dims, r.pca_dims, r.ace_sv, r.pca_sv))
+            row.rot_k.append(k); row.eigvals.append(ev); row.rotations.append(rotation_summary(ev, data.p, keys))
         rows.append(row)
     return rows
 
 
-def column(rows: list[dict], key: str, missing=np.nan) -> np.ndarray:
-    "`key` of every row as a float array (None → `missing`), e.g. `column(track, 'L1_ace_suff')`."
-    return np.array([missing if r.get(key) is None else r[key] for r in rows], dtype=float)
+def column(rows: list, value: Callable, missing=np.nan) -> np.ndarray:
+    """`value(row)` for every row as a float array (None → `missing`), e.g. `column(track, lambda r: r.step)`.
+
+    Parameters
+    ----------
+    rows : list
+        E.g. `track_cores`'s `CoreSnapshot`s.
+    value : callable
+        `value(row)` returns a number or None.
+    missing : float
+        What None becomes.
+
+    Returns
+    -------
+    ndarray [len(rows)]
+    """
+    return np.array([missing if value(r) is None else value(r) for r in rows], dtype=float)
 
 
-def row_at(rows: list[dict], step: int | None) -> dict | None:
+def row_at(rows: list[CoreSnapshot], step: int | None) -> CoreSnapshot | None:
     "The row whose step is nearest `step` (None if `step` is None)."
     if step is None: return None
-    return min(rows, key=lambda r: abs(r["step"] - step))
+    return min(rows, key=lambda r: abs(r.step - step))
 
 
-def core_layer(row: dict, n_layers: int) -> int:
-    "The layer whose sufficient ACE core is smallest in `row` (None counts as k_max + 1; ties: the later layer)."
-    ks = [row[f"L{l}_ace_suff"] if row[f"L{l}_ace_suff"] is not None else row[f"L{l}_ace_kmax"] + 1
-          for l in range(n_layers)]
-    return max(range(n_layers), key=lambda l: (-ks[l], l))
+def core_layer(row: CoreSnapshot) -> int:
+    """The layer whose sufficient ACE core is smallest in `row` (None counts as k_max + 1; ties: the later layer).
+
+    Parameters
+    ----------
+    row : CoreSnapshot
+
+    Returns
+    -------
+    int
+        The layer index into `row.cores`.
+    """
+    ks = [c.ace_dims.k_sufficient if c.ace_dims.k_sufficient is not None else c.ace_dims.ks[-1] + 1
+          for c in row.cores]
+    return max(range(len(ks)), key=lambda l: (-ks[l], l))
+
 
 # %% ../../nbs/22_tasks_modular.ipynb #0b34aeee
 def fit_scaling_law(omega, p, tau, censored=None, how: str = "budget", n_boot: int = 2000,
@@ -416,7 +492,6 @@ def grokking_sweep(omegas, ps, seeds=(0,), *, max_steps: int, train_frac: float 
                    betas: tuple[float, float] = (0.9, 0.98), log_every: int = 10, level: float = 0.95,
                    model_kw: dict | None = None, progress: bool = True) -> list[dict]:
     "Train one model per (ω, p, seed) until test accuracy ≥ `level` or `max_steps`; one row per run."
-    from tqdm import tqdm
     runs = [(w, p, s) for p in ps for w in omegas for s in seeds]
     rows = []
     for w, p, s in tqdm(runs, desc="sweep", disable=not progress):
@@ -431,92 +506,3 @@ def grokking_sweep(omegas, ps, seeds=(0,), *, max_steps: int, train_frac: float 
                      "tau": t["tau_grok"] if t["tau_grok"] is not None else max_steps,
                      "steps_run": int(log_columns(log)["step"][-1]), "wall_s": round(time.time() - t0, 1)})
     return rows
-
-# %% ../../nbs/22_tasks_modular.ipynb #93940152
-def _mark_times(ax, times):
-    for key, style, label in (("tau_fit", ":", "τ_fit"), ("tau_grok", "--", "τ_grok")):
-        if times.get(key) is not None:
-            ax.axvline(times[key], color="k", ls=style, lw=1, label=label)
-
-
-def plot_training(ax, log, times: dict, p: int):
-    "Train/test accuracy (left axis) and weight norm (right axis) against step, τ_fit and τ_grok marked."
-    c = log_columns(log)
-    ax.plot(c["step"], c["train_acc"], label="train acc", color="C0")
-    ax.plot(c["step"], c["test_acc"], label="test acc", color="C1")
-    ax.axhline(1 / p, color="grey", lw=0.8, ls="-.", label="chance 1/p")
-    _mark_times(ax, times)
-    ax.set_xlabel("step"); ax.set_ylabel("accuracy"); ax.set_ylim(-0.02, 1.02)
-    ax2 = ax.twinx()
-    ax2.plot(c["step"], c["weight_norm"], color="C2", lw=1, label="‖θ‖₂")
-    ax2.set_ylabel("weight norm ‖θ‖₂", color="C2")
-    h1, l1 = ax.get_legend_handles_labels(); h2, l2 = ax2.get_legend_handles_labels()
-    ax.legend(h1 + h2, l1 + l2, fontsize=8, loc="center right")
-    return ax
-
-
-def plot_core_dims(ax, rows: list[dict], log, times: dict, layer: int):
-    "ACE and PCA sufficient/necessary k and the ACE participation ratio of one layer, with the accuracies."
-    st = column(rows, "step")
-    kmax = column(rows, f"L{layer}_ace_kmax")
-    for key, style, label in (("ace_suff", "-o", "ACE sufficient k"), ("ace_nec", "-s", "ACE necessary k"),
-                              ("pca_suff", ":o", "PCA sufficient k"), ("pca_nec", ":s", "PCA necessary k")):
-        v = column(rows, f"L{layer}_{key}")
-        top = column(rows, f"L{layer}_{key.split('_')[0]}_kmax")
-        ax.plot(st, np.where(np.isnan(v), top + 1, v), style, ms=3, label=label + " (None → k_max+1)")
-    ax.plot(st, column(rows, f"L{layer}_ace_pr"), "-", color="k", lw=1, alpha=0.6, label="ACE participation ratio")
-    ax.set_yscale("log"); ax.set_xlabel("step"); ax.set_ylabel("dimension")
-    _mark_times(ax, times)
-    ax2 = ax.twinx()
-    c = log_columns(log)
-    ax2.plot(c["step"], c["train_acc"], color="C0", alpha=0.3); ax2.plot(c["step"], c["test_acc"], color="C1", alpha=0.3)
-    ax2.set_ylabel("accuracy (faint: train, test)"); ax2.set_ylim(-0.02, 1.02)
-    ax.legend(fontsize=7, loc="upper right")
-    return ax
-
-
-def plot_eigs(ax, row: dict, p: int, title: str, layer: int):
-    "Shift-operator eigenvalues of one snapshot on the complex plane, with the unit circle and 2πf/p rays."
-    t = np.linspace(0, 2 * np.pi, 200)
-    ax.plot(np.cos(t), np.sin(t), color="grey", lw=0.8)
-    for f in row["key_freqs"][:8]:
-        for sgn in (1, -1):
-            a = sgn * 2 * np.pi * f / p
-            ax.plot([0, 1.15 * np.cos(a)], [0, 1.15 * np.sin(a)], color="C3", lw=0.6, alpha=0.5)
-    ev = np.asarray(row[f"L{layer}_eigvals"])
-    ax.scatter(ev.real, ev.imag, s=14, color="C0", zorder=3)
-    ax.set_aspect("equal"); ax.set_xlim(-1.3, 1.3); ax.set_ylim(-1.3, 1.3)
-    ax.set_xlabel("Re λ"); ax.set_ylabel("Im λ")
-    ax.set_title(f"{title}\nstep {row['step']}, k={row[f'L{layer}_rot_k']}, "
-                 f"mean||λ|−1|={row[f'L{layer}_unit_dev']:.3f}", fontsize=9)
-    return ax
-
-
-def plot_scaling(axes, rows: list[dict], fit: dict):
-    "τ_grok against ω (one line per p) and against p (one line per ω), with the fitted law; censored runs hollow."
-    om, pp, tau = (np.array([r[k] for r in rows], float) for k in ("omega", "p", "tau"))
-    cens = np.array([r["censored"] for r in rows])
-    for ax, x, group, xl, gl in ((axes[0], om, pp, "weight decay ω", "p"), (axes[1], pp, om, "modulus p", "ω")):
-        for i, g in enumerate(np.unique(group)):
-            sel = group == g
-            ax.scatter(x[sel & ~cens], tau[sel & ~cens], color=f"C{i}", label=f"{gl}={g:g}")
-            ax.scatter(x[sel & cens], tau[sel & cens], facecolors="none", edgecolors=f"C{i}")
-            xs = np.geomspace(x.min(), x.max(), 20)
-            pred = predict_tau(fit, xs, g) if gl == "p" else predict_tau(fit, g, xs)
-            ax.plot(xs, pred, color=f"C{i}", lw=1)
-        ax.set_xscale("log"); ax.set_yscale("log"); ax.set_xlabel(xl); ax.set_ylabel("τ_grok (steps)")
-        ax.legend(fontsize=8)
-    return axes
-
-
-def plot_inflation(ax, rows: list[dict], times: dict, p: int, layer: int):
-    "Sufficient and necessary ACE k of one layer and the number of active Fourier frequencies, against step."
-    st = column(rows, "step")
-    for key, style, label in (("ace_suff", "-o", "ACE sufficient k"), ("ace_nec", "-s", "ACE necessary k")):
-        v, top = column(rows, f"L{layer}_{key}"), column(rows, f"L{layer}_ace_kmax")
-        ax.plot(st, np.where(np.isnan(v), top + 1, v), style, ms=3, label=label)
-    ax.plot(st, column(rows, "n_active"), "-^", ms=3, color="C4", label="active Fourier frequencies")
-    ax.axhline(p // 2, color="C4", ls=":", lw=1, label="⌊p/2⌋")
-    _mark_times(ax, times)
-    ax.set_xlabel("step"); ax.set_ylabel("count"); ax.legend(fontsize=8)
-    return ax
