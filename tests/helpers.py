@@ -1,5 +1,6 @@
 """Small shared pieces for the tests (paths, running a command, building a notebook)."""
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -50,6 +51,20 @@ parts:
     chapters:
       - file: {BUILT_LIBRARY_PAGE}
 """
+
+
+# What must never reach a page: tool warnings, machine paths, tracebacks.
+FORBIDDEN = [r"IProgress", r"\b[A-Z]\w*Warning\b:", r"Traceback \(most recent call last\)",
+             r"site-packages", r"/\.venv/", r"(?<![\w.])/(?:root|home|tmp|work|usr)/"]
+
+
+def forbidden_hit(text: str, extra=()) -> str | None:
+    "The first FORBIDDEN (or `extra`) pattern in `text`, with its context, else None."
+    for pattern in [*FORBIDDEN, *extra]:
+        hit = re.search(pattern, text)
+        if hit:
+            return f"{pattern!r} shows: …{text[max(0, hit.start() - 200):hit.end() + 200]}…"
+    return None
 
 
 def copy_repo(dest: Path) -> Path:
