@@ -183,3 +183,29 @@ def test_generic_model_functions_take_a_bridge(folders):
     core = random_core(32, 3, torch.zeros(32))
     with torch.no_grad(), ablate(a, "blocks.0.hook_resid_post", core, "keep"):
         assert torch.isfinite(a(TOKENS)).all()
+
+
+def _rotation_fixing_ones(D, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    n = torch.ones(D, 1, dtype=torch.float64) / D ** 0.5
+    Q, _ = torch.linalg.qr(torch.cat([n, torch.randn(D, D - 1, generator=g, dtype=torch.float64)], 1))
+    O, _ = torch.linalg.qr(torch.randn(D - 1, D - 1, generator=g, dtype=torch.float64))
+    return n @ n.T + Q[:, 1:] @ O @ Q[:, 1:].T
+
+
+def test_weight_surgery_needs_the_hooked_route(models):
+    "fold_layernorm and rotate_residual edit HookedTransformer's weight layout: a bridge is refused clearly."
+    from coreinv.train import fold_layernorm, interpolate, rotate_residual
+    bridge, hooked = models["gpt2", "bridge"], models["gpt2", "hooked"]
+    with pytest.raises(ValueError, match="route='hooked'"):
+        fold_layernorm(bridge)
+    with pytest.raises(ValueError, match="route='hooked'"):
+        rotate_residual(bridge, torch.eye(32))
+    folded = fold_layernorm(hooked)                 # on the hooked route both work, and keep the function
+    rotated = rotate_residual(folded, _rotation_fixing_ones(32))
+    with torch.no_grad():
+        ref = hooked(TOKENS).log_softmax(-1)
+        assert torch.allclose(folded(TOKENS).log_softmax(-1), ref, atol=1e-5)
+        assert torch.allclose(rotated(TOKENS).log_softmax(-1), ref, atol=1e-4)
+        # interpolate is generic: a bridge halfway to itself is itself
+        assert torch.allclose(interpolate(bridge, bridge, 0.5)(TOKENS), bridge(TOKENS), atol=1e-6)
