@@ -21,8 +21,17 @@ _WRITERS = ("W_E", "W_pos", "W_O", "b_O", "W_out", "b_out")  # d_model axis is t
 _UNTOUCHED = ("b_Q", "b_K", "b_V", "b_in", "b_U")            # no d_model axis
 
 
+def _check_hooked(model, what: str):
+    "Weight surgery needs HookedTransformer's weight layout; a TransformerBridge keeps the HF one."
+    if not isinstance(model, HookedTransformer):
+        raise ValueError(f"{what} edits HookedTransformer weights (W_Q, W_in, ...), got a "
+                         f"{type(model).__name__}: load the model with "
+                         f"coreinv.models.load_local(path, route='hooked')")
+
+
 def fold_layernorm(model: HookedTransformer) -> HookedTransformer:
     "A copy of `model` with LayerNorm folded into the weights and writes centred (same function, `LNPre`)."
+    _check_hooked(model, "fold_layernorm")
     if model.cfg.normalization_type not in ("LN", "LNPre"):
         raise ValueError(f"fold_layernorm needs normalization_type 'LN', got {model.cfg.normalization_type!r}")
     out = copy.deepcopy(model)
@@ -33,6 +42,7 @@ def fold_layernorm(model: HookedTransformer) -> HookedTransformer:
 
 def rotate_residual(model: HookedTransformer, R: Tensor, atol: float = 1e-5) -> HookedTransformer:
     "A copy of `model` whose residual stream is R h: readers W ↦ R W, writers W ↦ W Rᵀ (same function)."
+    _check_hooked(model, "rotate_residual")
     D = model.cfg.d_model
     R = torch.as_tensor(R, dtype=torch.float64)
     if R.shape != (D, D):
