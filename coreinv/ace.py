@@ -277,7 +277,7 @@ class ACE(Estimator):
     Attributes
     ----------
     mean_ [D], singular_values_ [r], basis_ [D, r] (float64, CPU), rank_, n_samples_, n_outputs_;
-    hook_ and pos_ after `fit_hook`; stats_, the running sums that `partial_fit` adds to.
+    hook_, pos_ and joint_ after `fit_hook`; stats_, the running sums that `partial_fit` adds to.
     """
     def __init__(self, method: str = "jvp", n_components: int | None = None, batch_size: int = 1024,
                  n_sketch: int | None = None, center_outputs: bool = True, rtol: float | None = None,
@@ -299,7 +299,7 @@ class ACE(Estimator):
 
         Returns
         -------
-        self
+        self, fitted on all the data (of every rank)
 
         Raises
         ------
@@ -340,7 +340,7 @@ class ACE(Estimator):
 
         Returns
         -------
-        self
+        self, with the batch added to `stats_` (call `finalize` to refit)
 
         Raises
         ------
@@ -504,7 +504,7 @@ class ACE(Estimator):
 
     def fit_hook(self, model: nn.Module, inputs, hook: str,
                  readout: Callable[[Tensor, Tensor], Tensor], pos: int | None = None,
-                 joint: bool = False) -> "ACE":
+                 joint: bool | None = None) -> "ACE":
         """Fit at `hook` of `model`: the Jacobian goes through the whole rest of the forward pass.
 
         Parameters
@@ -520,13 +520,15 @@ class ACE(Estimator):
             The task outputs; a per-position readout is read at each sample's own position.
         pos : int or None
             One position, or None for every position (each a sample).
-        joint : bool
-            Evaluate all positions in one JVP (exact only where positions do not interact
-            downstream; checked on a few sequences, else ValueError).
+        joint : bool or None
+            Evaluate all positions in one JVP, T times cheaper than one JVP per position. It is
+            exact only where positions do not interact downstream, which is checked on the first
+            four sequences. None (default): the joint pass wherever that check finds it exact to
+            round-off, else one JVP per position. True: joint, or ValueError. False: per position.
 
         Returns
         -------
-        self, with `hook_` and `pos_` set.
+        self, with `hook_`, `pos_` and `joint_` (whether the joint pass was used) set.
 
         Raises
         ------
@@ -534,7 +536,7 @@ class ACE(Estimator):
             On an unknown hook, active dropout, bad `pos` or inputs, and whatever `fit` raises.
         """
         self._reset()
-        part, err, plan = None, None, None
+        part, err, plan, use_joint = None, None, None, False
         try:
             self._check_params()
             _resolve(model, hook)
@@ -550,12 +552,12 @@ class ACE(Estimator):
         try:
             self._start(mean, plan.dtype)
             if plan.layout is not None:
-                if joint: plan.check_joint(self, mean)
-                self._accumulate(plan.batches(joint))
+                use_joint = plan.use_joint(self, mean, joint)
+                self._accumulate(plan.batches(use_joint))
         except Exception as e:
             err = e
         self._finalize(err)
-        self.hook_, self.pos_ = hook, pos
+        self.hook_, self.pos_, self.joint_ = hook, pos, use_joint
         return self
 
     def _check_fitted(self):
@@ -695,7 +697,7 @@ class _HookPlan:
     def _record(self, x) -> Tensor:
         if not isinstance(x, Tensor) or x.ndim < 1:
             raise ValueError(f"each batch of inputs must be a Tensor [batch, ...], got {type(x).__name__}")
-        a = record_activation(self.model, self.hook, x)[0]                 # [b, *act_shape]
+        a = _activation(self.model, self.hook, x)                          # [b, *act_shape]
         if self.layout is None: self._set_layout(a)
         elif a.shape[1:] != self.act_shape:
             raise ValueError(f"the activation at {self.hook!r} has shape {tuple(a.shape[1:])} per sample in "
@@ -752,13 +754,11 @@ class _HookPlan:
             return y.reshape(-1, y.shape[-1])                                 # [b*T, O]
         return f
 
-    def check_joint(self, ace: ACE, mean: Tensor):
-        "Refuse joint=True unless one joint JVP equals the per-position JVPs on a few sequences."
+    def joint_error(self, ace: ACE, mean: Tensor) -> float:
+        "Relative gap between one joint JVP and the per-position JVPs, on the first four sequences."
         has_pos, T, feat, D = self.layout
-        if self.pos is not None or not has_pos:
-            raise ValueError("joint=True is for pos=None on an activation with a position axis")
         x = next(iter(self.src))[:4]
-        a = record_activation(self.model, self.hook, x)[0]
+        a = _activation(self.model, self.hook, x)
         b = x.shape[0]
         h = a.reshape(b * T, D)
         ht = h - mean.to(h.device, h.dtype)
@@ -769,7 +769,39 @@ class _HookPlan:
                                                               ace.center_outputs),
                                     (h.reshape(b, T, D)[:, t],), (ht.reshape(b, T, D)[:, t],))[1]
                               for t in range(T)], 1)                          # [b, T, O]
-        err = float((vj - ve).norm() / ve.norm().clamp_min(1e-30))
+        return float((vj - ve).norm() / ve.norm().clamp_min(1e-30))
+
+    def use_joint(self, ace: ACE, mean: Tensor, joint: bool | None) -> bool:
+        "joint=None: the joint pass where it is exact (to round-off); True: required, else ValueError."
+        has_pos = self.layout[0]
+        if joint is None:
+            return self.pos is None and has_pos and self.layout[1] > 1 and \
+                self.joint_error(ace, mean) <= 1000 * torch.finfo(self.dtype).eps
+        if not joint: return False
+        if self.pos is not None or not has_pos:
+            raise ValueError("joint=True is for pos=None on an activation with a position axis")
+        err = self.joint_error(ace, mean)
         if err > 1e-3:
             raise ValueError(f"positions interact downstream of {self.hook!r}: the joint JVP differs from "
                              f"the per-position JVPs by {err:.2g} (relative); use joint=False")
+        return True
+
+
+class _Stop(Exception):
+    "Raised by `_activation`'s hook: nothing after the hook needs computing."
+
+
+def _activation(model: nn.Module, hook: str, inputs: Tensor) -> Tensor:
+    "The activation at `hook` on `inputs`, without running the rest of the model."
+    store = {}
+    def grab(act):
+        store["act"] = act.detach()
+        raise _Stop
+    try:
+        with torch.no_grad(), replace_activation(model, hook, grab):
+            model(inputs)
+    except _Stop:
+        pass
+    if "act" not in store:
+        raise ValueError(f"the forward pass of {type(model).__name__} never reached {hook!r}")
+    return store["act"]

@@ -142,7 +142,7 @@ class EDMDc(Estimator):
 
         Returns
         -------
-        self
+        self, with A_, B_, C_ and the spectrum
 
         Raises
         ------
