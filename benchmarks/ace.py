@@ -11,8 +11,12 @@ GELU) followed by a linear readout to O outputs. For every O it times, on the sa
   * naive    per-sample, per-output torch.autograd.grad calls forming J_n h̃_n. It is timed on a
              subset of n_naive samples and extrapolated linearly to N (the loop is per sample, so the
              cost is linear in N).
-Targets on the project's CPU at N=8192, D=128: jvp ≥ 20× faster than naive, jvp within 4× of one
-forward pass, jvp flat in O. forward and jvp are timed interleaved, `repeats` times each, and the
+It also measures the user's case (`--hook`, part of the default run): `ACE.fit_hook` on a 4-layer
+HookedTransformer at blocks.{0,1,2,3}.hook_resid_post, with pos=-1 (one position, the readout's) and
+pos=None (every position: the joint pass where it is exact, else one JVP pass per position),
+against one plain forward pass of the whole model over the same tokens.
+Targets (issue 15): jvp ≤ 3× one forward pass of the downstream function and ≥ 20× the naive loop
+at every O; fit_hook ≤ 2× one forward pass of the whole model at every layer. forward and jvp are timed interleaved, `repeats` times each, and the
 minimum is kept (the machine is shared); gramian and naive are timed once after a warm-up.
 """
 from __future__ import annotations
@@ -100,6 +104,47 @@ def run(N: int = 8192, D: int = 128, Os=(1, 4, 113), n_naive: int = 256, repeats
     return rows
 
 
+def run_hook(n_layers: int = 4, d_model: int = 128, n_ctx: int = 32, batch: int = 64, repeats: int = 3,
+             seed: int = 0) -> list[dict]:
+    "fit_hook at each layer of a small HookedTransformer, against one plain forward of the whole model."
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from transformer_lens import HookedTransformer, HookedTransformerConfig
+        cfg = HookedTransformerConfig(n_layers=n_layers, d_model=d_model, n_ctx=n_ctx, d_head=32,
+                                      n_heads=d_model // 32, d_mlp=4 * d_model, d_vocab=512, act_fn="gelu",
+                                      seed=seed)
+        model = HookedTransformer(cfg).eval()
+    for p in model.parameters(): p.requires_grad_(False)
+    tokens = torch.randint(0, 512, (batch, n_ctx), generator=torch.Generator().manual_seed(seed))
+    answers = torch.arange(4)
+    readout = lambda logits, x: logits.log_softmax(-1)[..., answers]              # [b, pos, 4]
+    def forward():
+        with torch.no_grad(): model(tokens)
+    forward()
+    rows = []
+    for layer in range(n_layers):
+        hook = f"blocks.{layer}.hook_resid_post"
+        for pos in (-1, None):
+            fit = lambda: ACE(batch_size=batch).fit_hook(model, tokens, hook, readout, pos=pos)
+            ace = fit()                                                            # warm-up
+            t_fwd = t_fit = float("inf")
+            for _ in range(repeats):
+                t_fwd = min(t_fwd, _time(forward, 1))
+                t_fit = min(t_fit, _time(fit, 1))
+            rows.append(dict(layer=layer, pos=pos, joint=ace.joint_, forward=t_fwd, fit_hook=t_fit))
+    return rows
+
+
+def print_hook_table(rows: list[dict]) -> None:
+    "Print the fit_hook rows as a markdown table."
+    print("| layer | pos | joint pass | forward of the model (s) | fit_hook (s) | fit_hook / forward |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['layer']} | {r['pos']} | {'yes' if r['joint'] else 'no'} | {r['forward']:.4f} "
+              f"| {r['fit_hook']:.4f} | {r['fit_hook'] / r['forward']:.2f}× |")
+
+
 def print_table(rows: list[dict], N: int | None = None, D: int | None = None) -> None:
     "Print the rows as a markdown table of times and ratios."
     base = rows[0]["jvp"]
@@ -120,10 +165,16 @@ if __name__ == "__main__":
     ap.add_argument("--D", type=int, default=128)
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads (default 1: ratios are steadier on a shared machine)")
+    ap.add_argument("--hook", action="store_true", help="only the fit_hook measurement")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     N, D = args.N, args.D
     print(f"ACE benchmark, N={N}, D={D}, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, "
           f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}")
-    print("naive: per-sample × per-output autograd.grad, timed on 256 samples and extrapolated to N")
-    print_table(run(N=N, D=D))
+    import os
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    if not args.hook:
+        print("naive: per-sample × per-output autograd.grad, timed on 256 samples and extrapolated to N")
+        print_table(run(N=N, D=D))
+    print("\nfit_hook on a 4-layer HookedTransformer (d_model 128, 64 sequences of 32 tokens, O = 4)")
+    print_hook_table(run_hook())

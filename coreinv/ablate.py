@@ -11,7 +11,7 @@ from typing import Callable, Iterable
 import torch
 from torch import Tensor, nn
 
-from .ace import ACE, Core, replace_activation
+from .ace import ACE, Core, as_acts, replace_activation
 
 # %% auto #0
 __all__ = ['MODES', 'ablate', 'sufficiency', 'necessity', 'CoreDims', 'core_dims', 'hook_evaluator', 'random_core', 'pca_core',
@@ -188,15 +188,6 @@ def hook_evaluator(model: nn.Module, hook: str, inputs: Tensor, metric: Callable
     return evaluate
 
 # %% ../nbs/11_ablate.ipynb #fd7cec8f
-def _acts(acts) -> Tensor:
-    a = torch.as_tensor(acts).detach()
-    if a.ndim != 2 or a.shape[0] < 2 or not a.is_floating_point():
-        raise ValueError(f"acts must be a float tensor [N ≥ 2, D], got {a.dtype} {tuple(a.shape)}")
-    if not torch.isfinite(a).all():
-        raise ValueError("acts contains NaN or Inf")
-    return a.to("cpu", torch.float64)
-
-
 def random_core(d: int, k: int, mean: Tensor, seed: int = 0) -> Core:
     "A uniformly random k-dim subspace of R^d through `mean`."
     if not 1 <= k <= d:
@@ -208,7 +199,7 @@ def random_core(d: int, k: int, mean: Tensor, seed: int = 0) -> Core:
 
 def pca_core(acts: Tensor, k: int) -> Core:
     "Top-k principal directions of `acts` [N, D]."
-    a = _acts(acts)                                                 # [N, D]
+    a = as_acts(acts, min_samples=2)                                # [N, D]
     if not 1 <= k <= min(a.shape):
         raise ValueError(f"k must be in 1..{min(a.shape)}, got {k}")
     mean = a.mean(0)
@@ -218,7 +209,7 @@ def pca_core(acts: Tensor, k: int) -> Core:
 
 def class_means_core(acts: Tensor, labels: Tensor, k: int | None = None) -> Core:
     "Span of the size-weighted class-mean deviations (difference of means for 2 classes), top k."
-    a = _acts(acts)
+    a = as_acts(acts, min_samples=2)
     y = torch.as_tensor(labels).reshape(-1)
     if y.shape[0] != a.shape[0]:
         raise ValueError(f"acts has {a.shape[0]} rows but labels has {y.shape[0]}")
@@ -232,7 +223,7 @@ def class_means_core(acts: Tensor, labels: Tensor, k: int | None = None) -> Core
 
 def probe_core(acts: Tensor, targets: Tensor, k: int | None = None, ridge: float = 1e-3) -> Core:
     "Top-k directions of a ridge least-squares linear probe onto `targets` (int labels or real [N] / [N, m])."
-    a = _acts(acts)
+    a = as_acts(acts, min_samples=2)
     t = torch.as_tensor(targets)
     if t.shape[0] != a.shape[0]:
         raise ValueError(f"acts has {a.shape[0]} rows but targets has {t.shape[0]}")

@@ -3,7 +3,10 @@
 # %% ../nbs/10_ace.ipynb #2e308164
 from __future__ import annotations
 
+import copy
 import difflib
+import inspect
+import math
 from contextlib import contextmanager
 from typing import Callable, Iterable
 
@@ -11,8 +14,10 @@ import torch
 from torch import Tensor, nn
 from torch.func import jvp, vjp, vmap
 
+from .distributed import all_reduce_sum, gather, world
+
 # %% auto #0
-__all__ = ['Core', 'ACE', 'hook_names', 'replace_activation', 'record_activation']
+__all__ = ['Core', 'as_acts', 'Estimator', 'clone', 'ACE', 'hook_names', 'replace_activation', 'record_activation']
 
 # %% ../nbs/10_ace.ipynb #267e8859
 class Core:
@@ -85,18 +90,134 @@ def _default_rtol(dtype: torch.dtype) -> float:
     return max(100 * torch.finfo(dtype).eps, 1e-12)
 
 
-def _check_acts(acts) -> Tensor:
-    if not isinstance(acts, Tensor):
-        raise ValueError(f"acts must be a float torch.Tensor [N, D], got {type(acts).__name__}")
-    if acts.ndim != 2:
-        raise ValueError(f"acts must be 2-D [N, D], got shape {tuple(acts.shape)}")
-    if not acts.is_floating_point():
-        raise ValueError(f"acts must be floating point, got {acts.dtype}")
-    if acts.shape[0] < 2:
-        raise ValueError(f"ACE needs N ≥ 2 samples to centre, got N={acts.shape[0]}")
-    if not torch.isfinite(acts).all():
-        raise ValueError(f"acts contains {int((~torch.isfinite(acts)).sum())} NaN/Inf entries")
-    return acts.detach()
+def as_acts(x, name: str = "acts", min_samples: int = 0, float64: bool = True,
+            vector: bool = False) -> Tensor:
+    """A validated matrix of activations (or states): rows are samples, columns are dimensions.
+
+    The library's one input check: `ace`, `ablate`, `identify`, `compare`, `koopman` and
+    `dictionaries` all read their data through it.
+
+    Parameters
+    ----------
+    x : Tensor, numpy array or nested list [N, D]
+        With `vector=True` a 1-D `x` [N] is read as one column [N, 1].
+    name : str
+        What the error messages call `x`.
+    min_samples : int
+        The least number of rows N accepted.
+    float64 : bool
+        True: a float64 CPU tensor (integers are converted). False: the caller's floating dtype and
+        device are kept and an integer tensor is refused (ACE differentiates through it).
+    vector : bool
+        Accept a 1-D input as one column.
+
+    Returns
+    -------
+    Tensor [N, D], detached. The caller's tensor is never written to.
+
+    Raises
+    ------
+    ValueError
+        If `x` is not 2-D, not real, has fewer than `min_samples` rows, or holds NaN or Inf.
+    """
+    try:
+        t = x.detach() if isinstance(x, Tensor) else torch.as_tensor(x)
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise ValueError(f"{name} must be a tensor or array [samples, dims], got "
+                         f"{type(x).__name__}: {e}") from e
+    if vector and t.ndim == 1: t = t[:, None]
+    if t.ndim != 2:
+        raise ValueError(f"{name} must be 2-D [samples, dims], got shape {tuple(t.shape)}")
+    if t.is_complex() or t.dtype == torch.bool or (not float64 and not t.is_floating_point()):
+        raise ValueError(f"{name} must be {'real' if float64 else 'floating point'}, got {t.dtype}")
+    if t.shape[0] < min_samples:
+        raise ValueError(f"{name} needs N ≥ {min_samples} samples, got N={t.shape[0]}")
+    if float64: t = t.to("cpu", torch.float64)
+    if not torch.isfinite(t).all():
+        raise ValueError(f"{name} contains {int((~torch.isfinite(t)).sum())} NaN/Inf entries")
+    return t
+
+
+class Estimator:
+    """The scikit-learn estimator contract that `ACE`, `EDMDc` and the dictionaries follow.
+
+    Parameters are exactly the arguments of `__init__`, stored under their own names; fitted
+    attributes end in `_`. `get_params` / `set_params` read and write the parameters (nested
+    ones as `dictionary__n_components`), and `clone` builds an unfitted copy from them.
+    """
+    @classmethod
+    def _param_names(cls) -> list[str]:
+        sig = inspect.signature(cls.__init__)
+        return [p.name for p in sig.parameters.values() if p.name != "self"
+                and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+    def get_params(self, deep: bool = True) -> dict:
+        """The parameters, by name.
+
+        Parameters
+        ----------
+        deep : bool
+            Also list the parameters of nested estimators, as `name__param`.
+
+        Returns
+        -------
+        dict
+        """
+        out = {}
+        for k in self._param_names():
+            v = getattr(self, k)
+            out[k] = v
+            if deep and _is_estimator(v):
+                out.update({f"{k}__{kk}": vv for kk, vv in v.get_params().items()})
+        return out
+
+    def set_params(self, **params) -> "Estimator":
+        """Set parameters by name (`name__param` for a nested estimator); returns self.
+
+        Raises
+        ------
+        ValueError
+            If a name is not a parameter.
+        """
+        valid, nested = self._param_names(), {}
+        for k, v in params.items():
+            key, _, sub = k.partition("__")
+            if key not in valid:
+                raise ValueError(f"{type(self).__name__} has no parameter {key!r}; its parameters are "
+                                 f"{', '.join(valid)}")
+            if sub: nested.setdefault(key, {})[sub] = v
+            else: setattr(self, key, v)
+        for key, sub in nested.items():
+            if not _is_estimator(getattr(self, key)):
+                raise ValueError(f"{key!r} is not an estimator, so {key}__… cannot be set")
+            getattr(self, key).set_params(**sub)
+        return self
+
+    def _reset(self):
+        "Forget every fitted attribute (names ending in `_`): each fit starts clean."
+        for a in [a for a in vars(self) if a.endswith("_") and not a.startswith("__")]:
+            delattr(self, a)
+
+
+def _is_estimator(v) -> bool:
+    return hasattr(v, "get_params") and not isinstance(v, type)
+
+
+def clone(estimator):
+    """An unfitted copy with the same parameters; nested estimators are cloned too.
+
+    Parameters
+    ----------
+    estimator : an `Estimator`, or any object
+        Objects without `get_params` (a user's own dictionary) are deep-copied instead.
+
+    Returns
+    -------
+    A new object of the same type.
+    """
+    if not _is_estimator(estimator): return copy.deepcopy(estimator)
+    params = {k: clone(v) if _is_estimator(v) else v for k, v in estimator.get_params(deep=False).items()}
+    return type(estimator)(**params)
 
 
 def _task(fn: Callable, n: int, d: int, sketch: Tensor | None, center: bool) -> Callable:
@@ -132,8 +253,32 @@ def _call(what: str, shape: tuple, fn, *args):
                          f"Error: {e}") from e
 
 # %% ../nbs/10_ace.ipynb #db923fe8
-class ACE:
-    "Algorithmic Core Extraction: the subspace of a layer that is both active and output-relevant."
+class ACE(Estimator):
+    """Algorithmic Core Extraction: the subspace of a layer that is both active and output-relevant.
+
+    Parameters
+    ----------
+    method : {"jvp", "gramian"}
+        "jvp": M = (1/N) Σ h̃ₙ (Jₙ h̃ₙ)ᵀ [D, O], one JVP per batch whatever O is. "gramian": the
+        top left singular vectors of [C₁ … C_O], C_o = (1/N) Σ h̃ₙ g_{n,o}ᵀ, one VJP per output.
+    n_components : int or None
+        Keep at most this many directions (default: all above `rtol`).
+    batch_size : int
+        Samples per forward pass.
+    n_sketch : int or None
+        With "gramian", a seeded Gaussian sketch of the O outputs down to `n_sketch`.
+    center_outputs : bool
+        Centre the outputs across O (when O > 1).
+    rtol : float or None
+        Singular values below `rtol` times the largest are round-off (default 100 ε of the dtype).
+    seed : int
+        Seed of the sketch.
+
+    Attributes
+    ----------
+    mean_ [D], singular_values_ [r], basis_ [D, r] (float64, CPU), rank_, n_samples_, n_outputs_;
+    hook_, pos_ and joint_ after `fit_hook`; stats_, the running sums that `partial_fit` adds to.
+    """
     def __init__(self, method: str = "jvp", n_components: int | None = None, batch_size: int = 1024,
                  n_sketch: int | None = None, center_outputs: bool = True, rtol: float | None = None,
                  seed: int = 0):
@@ -141,14 +286,102 @@ class ACE:
         self.n_sketch, self.center_outputs, self.rtol, self.seed = n_sketch, center_outputs, rtol, seed
 
     def fit(self, acts: Tensor, outputs: Callable[[Tensor], Tensor]) -> "ACE":
-        "Fit on `acts` [N, D] with `outputs`: a pure, torch.func-differentiable map [n, D] → [n, O]."
-        acts = _check_acts(acts)
+        """Fit on `acts` with `outputs`: `partial_fit` once over all the data, then `finalize`.
+
+        With `torch.distributed` initialised, every rank passes its own shard (possibly empty);
+        the mean and the statistics are summed over all ranks and every rank gets the same fit.
+
+        Parameters
+        ----------
+        acts : Tensor [N, D], floating point
+        outputs : callable [n, D] → [n, O] (or [n])
+            Pure and differentiable with `torch.func`; rows must not interact.
+
+        Returns
+        -------
+        self, fitted on all the data (of every rank)
+
+        Raises
+        ------
+        ValueError
+            On malformed input, outputs that do not depend on acts, or a degenerate fit.
+        RuntimeError
+            Under torch.distributed, when another rank failed.
+        """
+        self._reset()
+        part, err = None, None
+        try:
+            self._check_params()
+            acts = as_acts(acts, min_samples=2 if world()[1] == 1 else 0, float64=False)
+            if not callable(outputs):
+                raise ValueError(f"outputs must be a callable [n, D] → [n, O], got {type(outputs).__name__}")
+            part = (acts.shape[0], acts.double().sum(0).cpu())
+        except Exception as e:
+            err = e
+        mean = _global_mean(gather(part, "ACE.fit", err))      # Σ h / N over every rank: [D]
+        try:
+            self.partial_fit(acts, outputs, mean=mean)
+        except Exception as e:
+            err = e
+        return self._finalize(err)
+
+    def partial_fit(self, acts: Tensor, outputs: Callable[[Tensor], Tensor],
+                    mean: Tensor | None = None) -> "ACE":
+        """Add one batch of samples to the running statistics; `finalize` then does the SVD.
+
+        Parameters
+        ----------
+        acts : Tensor [n, D], floating point (n may be 0)
+        outputs : callable [n, D] → [n, O]
+        mean : Tensor [D] or None
+            The mean of *all* the data, fixed on the first call. The "jvp" form needs it because
+            its tangent is h − h̄; the "gramian" form is exact without it (its statistics are
+            re-centred in `finalize`).
+
+        Returns
+        -------
+        self, with the batch added to `stats_` (call `finalize` to refit)
+
+        Raises
+        ------
+        ValueError
+            On malformed input, a missing or changed `mean`, or a change of D or O.
+        """
+        self._check_params()
+        acts = as_acts(acts, float64=False)
         if not callable(outputs):
             raise ValueError(f"outputs must be a callable [n, D] → [n, O], got {type(outputs).__name__}")
-        self._check_params()
-        N, bs = acts.shape[0], self.batch_size
-        batches = ((acts[i:i + bs], outputs) for i in range(0, N, bs))
-        return self._fit(acts.double().mean(0), batches, N, acts.shape[1], acts.dtype)
+        D = acts.shape[1]
+        if getattr(self, "stats_", None) is None:
+            if mean is None and self.method == "jvp":
+                raise ValueError("method='jvp' centres every tangent at the mean of all the data, so "
+                                 "the first partial_fit needs it: pass mean= (e.g. from a first pass "
+                                 "over the data), or call fit")
+            centre = mean if mean is not None else (acts.double().mean(0) if len(acts) else
+                                                     torch.zeros(D, dtype=torch.float64))
+            self._start(as_acts(torch.as_tensor(centre).reshape(1, -1), "mean")[0], acts.dtype)
+        elif mean is not None and not torch.equal(torch.as_tensor(mean).double().cpu().reshape(-1),
+                                                  self.stats_["centre"]):
+            raise ValueError("mean differs from the one the first partial_fit fixed")
+        if self.stats_["centre"].shape[0] != D:
+            raise ValueError(f"acts has D={D} but the statistics have D={self.stats_['centre'].shape[0]}")
+        bs = self.batch_size
+        self._accumulate((acts[i:i + bs], outputs) for i in range(0, acts.shape[0], bs))
+        return self
+
+    def finalize(self) -> "ACE":
+        """Sum the statistics over ranks (under torch.distributed) and set the fitted attributes.
+
+        Returns
+        -------
+        self
+
+        Raises
+        ------
+        ValueError
+            If there is nothing to fit, the Jacobian is zero, or the cross-covariance vanishes.
+        """
+        return self._finalize(None)
 
     def _check_params(self):
         if self.method not in ("jvp", "gramian"):
@@ -160,27 +393,36 @@ class ACE:
         if self.n_components is not None and self.n_components < 1:
             raise ValueError(f"n_components must be ≥ 1 or None, got {self.n_components}")
 
-    def _fit(self, mean: Tensor, batches: Iterable, N: int, D: int, dtype: torch.dtype) -> "ACE":
-        "Accumulate M (jvp) or the C_o (gramian) over `(h [n, D], outputs)` batches, then SVD."
-        acc, sketch, hh, vv = None, None, 0.0, 0.0
+    def _start(self, centre: Tensor, dtype: torch.dtype):
+        "Empty running sums, centred at `centre` [D] (float64)."
+        D = centre.shape[0]
+        self.stats_ = dict(centre=centre, dtype=dtype, n=0, sum_h=torch.zeros(D, dtype=torch.float64),
+                           hh=0.0, vv=0.0, cross=None, sum_g=None, sketch=None)
+
+    def _accumulate(self, batches: Iterable):
+        "Add `(h [n, D], outputs)` batches to M's sum (jvp) or the C_o's sums (gramian)."
+        st = self.stats_
+        D = st["centre"].shape[0]
         with torch.no_grad():                              # torch.func ignores it; model params don't build graphs
             for h, fn in batches:
                 n = h.shape[0]
-                ht = h - mean.to(h.device, h.dtype)        # [n, D] centred activations
+                if n == 0: continue
+                ht = h - st["centre"].to(h.device, h.dtype)     # [n, D] centred activations
                 if self.method == "jvp":
                     f = _task(fn, n, D, None, self.center_outputs)
                     y, v = _call("jvp", tuple(h.shape), jvp, f, (h,), (ht,))       # v = J_n h̃_n: [n, O]
                     _check_finite(y, "value")
                     _check_finite(v, "Jacobian-vector product")
-                    part = (ht.T @ v).double()                     # [D, O]: batch sum in acts' dtype
-                    vv += float(v.double().pow(2).sum())
+                    part = (ht.T @ v).double().cpu()               # [D, O]: batch sum in acts' dtype
+                    vv = float(v.double().pow(2).sum())
                 else:
-                    if sketch is None and self.n_sketch is not None:
+                    if st["sketch"] is None and self.n_sketch is not None:
                         O = _task(fn, n, D, None, self.center_outputs)(h).shape[1]
                         gen = torch.Generator().manual_seed(self.seed)
                         sketch = torch.randn(O, self.n_sketch, generator=gen, dtype=torch.float64)
-                        sketch = (sketch / self.n_sketch ** 0.5).to(h.device)
-                    f = _task(fn, n, D, sketch, self.center_outputs)
+                        st["sketch"] = sketch / self.n_sketch ** 0.5
+                    sk = None if st["sketch"] is None else st["sketch"].to(h.device)
+                    f = _task(fn, n, D, sk, self.center_outputs)
                     y, pull = _call("vjp", tuple(h.shape), vjp, f, h)                # y: [n, O']
                     _check_finite(y, "value")
                     O = y.shape[1]
@@ -190,25 +432,62 @@ class ACE:
                     E = torch.eye(O, dtype=y.dtype, device=y.device)[:, None, :].expand(O, n, O)
                     G = vmap(lambda e: pull(e)[0], chunk_size=16)(E)  # [O', n, D] gradients g_{n,o}
                     _check_finite(G, "Jacobian")
-                    part = torch.einsum("nd,one->ode", ht.double(), G.double())   # [O', D, D]
-                    vv += float(G.double().pow(2).sum())
-                hh += float(ht.double().pow(2).sum())
-                if acc is not None and acc.shape != part.shape:
+                    part = torch.einsum("nd,one->ode", ht.double(), G.double()).cpu()   # [O', D, D]
+                    vv = float(G.double().pow(2).sum())
+                    sg = G.double().sum(1).cpu()                                      # [O', D]
+                    st["sum_g"] = sg if st["sum_g"] is None else st["sum_g"] + sg
+                if st["cross"] is not None and st["cross"].shape != part.shape:
                     raise ValueError(f"outputs changed width between batches: {tuple(part.shape)} vs "
-                                     f"{tuple(acc.shape)}")
-                acc = part if acc is None else acc + part
-        if acc is None:
+                                     f"{tuple(st['cross'].shape)}")
+                st["cross"] = part if st["cross"] is None else st["cross"] + part
+                st["sum_h"] += ht.double().sum(0).cpu()
+                st["hh"] += float(ht.double().pow(2).sum())
+                st["vv"] += vv
+                st["n"] += n
+
+    def _finalize(self, error: BaseException | None) -> "ACE":
+        "Reduce the running sums over ranks (checking that none failed), re-centre, SVD."
+        st = getattr(self, "stats_", None)
+        if error is None and st is None:
+            error = ValueError("no batches to fit: call partial_fit first")
+        meta = None if error is not None else dict(
+            n=st["n"], sum_h=st["sum_h"], centre=st["centre"], rtol=_default_rtol(st["dtype"]),
+            shape=None if st["cross"] is None else tuple(st["cross"].shape))
+        metas = gather(meta, "ACE.finalize", error)
+        N = sum(m["n"] for m in metas)
+        shapes = {m["shape"] for m in metas if m["shape"] is not None}
+        if N == 0 or not shapes:
             raise ValueError("no batches to fit")
+        if N < 2:
+            raise ValueError(f"ACE needs N ≥ 2 samples to centre, got N={N}")
+        if len(shapes) > 1:
+            raise ValueError(f"outputs have different widths on different ranks or batches: {sorted(shapes)}")
+        shape = shapes.pop()
+        mean = sum(m["n"] * m["centre"] + m["sum_h"] for m in metas) / N              # [D]
+        d = mean - st["centre"]                                                       # [D]
+        cross = st["cross"] if st["cross"] is not None else torch.zeros(shape, dtype=torch.float64)
+        hh = st["hh"] - 2 * float(d @ st["sum_h"]) + st["n"] * float(d @ d)           # Σ‖h − h̄‖²
+        if self.method == "gramian" and st["sum_g"] is not None:
+            cross = cross - torch.einsum("d,oe->ode", d, st["sum_g"])                 # Σ (h − h̄) g_oᵀ
+        tot = all_reduce_sum(torch.cat([cross.reshape(-1), torch.tensor([hh, st["vv"]], dtype=torch.float64)]),
+                             "ACE.finalize")
+        acc, hh, vv = tot[:-2].reshape(shape), float(tot[-2]), float(tot[-1])
+        if self.method == "jvp":                  # the tangents used each rank's centre: it must be h̄
+            off = max(float((m["centre"] - mean).norm()) for m in metas if m["n"] > 0)
+            if off > 1e-6 * (hh / N) ** 0.5 + 1e-12 * float(mean.norm()):
+                raise ValueError(f"the jvp tangents were centred {off:.2g} away from the data's mean: pass "
+                                 f"the mean of all the data to the first partial_fit")
         if vv == 0.0:
             raise ValueError("the Jacobian of outputs with respect to acts is zero everywhere: outputs "
                              "must depend on acts through differentiable torch operations (no .detach(), "
                              "argmax or constants)")
+        D = mean.shape[0]
         K = acc / N                                                       # M [D, O] or C [O, D, D]
         if self.method == "gramian":
             K = K.permute(1, 0, 2).reshape(D, -1)                        # [C_1 ... C_O]: [D, O·D]
         U, S, _ = torch.linalg.svd(K, full_matrices=False)
         scale = (hh * vv) ** 0.5 / N                                      # bound on ‖K‖_F
-        rtol = self.rtol if self.rtol is not None else _default_rtol(dtype)
+        rtol = self.rtol if self.rtol is not None else max(m["rtol"] for m in metas if m["n"] > 0)
         if not S[0] > rtol * scale:
             raise ValueError(f"the {self.method} cross-covariance is numerically zero (σ₁ = {S[0]:.2g}, "
                              f"scale {scale:.2g})" + (": with a linear readout the gramian form vanishes "
@@ -216,19 +495,83 @@ class ACE:
                              if self.method == "gramian" else ""))
         r = int((S > rtol * S[0]).sum())
         if self.n_components is not None: r = min(r, self.n_components)
-        self.mean_ = mean.cpu()
-        self.singular_values_ = S[:r].cpu()
-        self.basis_ = _fix_signs(U[:, :r]).cpu()
-        self.n_samples_, self.n_outputs_ = N, (acc.shape[1] if self.method == "jvp" else acc.shape[0])
+        self.mean_ = mean
+        self.singular_values_ = S[:r]
+        self.basis_ = _fix_signs(U[:, :r])
+        self.n_samples_, self.n_outputs_ = N, (shape[1] if self.method == "jvp" else shape[0])
         self.rank_ = r
+        return self
+
+    def fit_hook(self, model: nn.Module, inputs, hook: str,
+                 readout: Callable[[Tensor, Tensor], Tensor], pos: int | None = None,
+                 joint: bool | None = None) -> "ACE":
+        """Fit at `hook` of `model`: the Jacobian goes through the whole rest of the forward pass.
+
+        Parameters
+        ----------
+        model : nn.Module
+            A TransformerLens `HookedTransformer` (hook names) or any module (module names), in eval mode.
+        inputs : Tensor [batch, ...], or a re-iterable of such batches (a list, a DataLoader)
+            A Tensor is cut into `batch_size` chunks. Batches are read twice (the mean, then the
+            JVPs), so a one-shot generator is refused.
+        hook : str
+            Where the activation is taken, e.g. "blocks.1.hook_resid_post".
+        readout : callable (model_output, inputs) → [b, O] or [b, pos, O]
+            The task outputs; a per-position readout is read at each sample's own position.
+        pos : int or None
+            One position, or None for every position (each a sample).
+        joint : bool or None
+            Evaluate all positions in one JVP, T times cheaper than one JVP per position. It is
+            exact only where positions do not interact downstream, which is checked on the first
+            four sequences. None (default): the joint pass wherever that check finds it exact to
+            round-off, else one JVP per position. True: joint, or ValueError. False: per position.
+
+        Returns
+        -------
+        self, with `hook_`, `pos_` and `joint_` (whether the joint pass was used) set.
+
+        Raises
+        ------
+        ValueError
+            On an unknown hook, active dropout, bad `pos` or inputs, and whatever `fit` raises.
+        """
+        self._reset()
+        part, err, plan, use_joint = None, None, None, False
+        try:
+            self._check_params()
+            _resolve(model, hook)
+            drop = [n for n, m in model.named_modules() if isinstance(m, nn.Dropout) and m.training and m.p > 0]
+            if drop:
+                raise ValueError(f"dropout is active in {drop[:3]}: call model.eval() first (outputs must be "
+                                 f"a deterministic function of the activation)")
+            plan = _HookPlan(model, hook, readout, pos, _token_batches(inputs, self.batch_size))
+            part = plan.first_pass()
+        except Exception as e:
+            err = e
+        mean = _global_mean(gather(part, "ACE.fit_hook", err))
+        try:
+            self._start(mean, plan.dtype)
+            if plan.layout is not None:
+                use_joint = plan.use_joint(self, mean, joint)
+                self._accumulate(plan.batches(use_joint))
+        except Exception as e:
+            err = e
+        self._finalize(err)
+        self.hook_, self.pos_, self.joint_ = hook, pos, use_joint
         return self
 
     def _check_fitted(self):
         if not hasattr(self, "basis_"):
-            raise ValueError("this ACE is not fitted: call fit first")
+            raise ValueError("this ACE is not fitted: call fit first (or partial_fit, then finalize)")
 
     def core(self, k: int | None = None) -> Core:
-        "The top-`k` core (default: all `rank_` directions found)."
+        """The top-`k` core (default: all `rank_` directions found).
+
+        Raises
+        ------
+        ValueError
+            Before a fit, or if `k` is not in 1..rank_.
+        """
         self._check_fitted()
         k = self.rank_ if k is None else k
         if not (isinstance(k, int) and 1 <= k <= self.rank_):
@@ -242,6 +585,17 @@ class ACE:
     def __repr__(self):
         fitted = f", rank_={self.rank_}" if hasattr(self, "rank_") else ""
         return f"ACE(method={self.method!r}{fitted})"
+
+
+def _global_mean(parts: list) -> Tensor:
+    "h̄ = Σ h / N from every rank's `(n, Σ h)`: [D] float64."
+    N = sum(n for n, _ in parts)
+    sums = [s for n, s in parts if n > 0]
+    if N < 2:
+        raise ValueError(f"ACE needs N ≥ 2 samples to centre, got N={N}")
+    if len({s.shape for s in sums}) > 1:
+        raise ValueError(f"ranks hold activations of different widths: {sorted({s.shape[0] for s in sums})}")
+    return sum(sums) / N
 
 
 def _check_finite(t: Tensor, what: str):
@@ -299,89 +653,155 @@ def record_activation(model: nn.Module, hook: str, inputs: Tensor) -> tuple[Tens
     return store["act"], out
 
 # %% ../nbs/10_ace.ipynb #dba79277
-def _fit_hook(self: ACE, model: nn.Module, inputs: Tensor, hook: str,
-              readout: Callable[[Tensor, Tensor], Tensor], pos: int | None = None,
-              joint: bool = False) -> ACE:
-    "Fit at `hook` of `model` on `inputs`; `readout(model_output, inputs)` gives [b, O] or [b, pos, O]."
-    self._check_params()
-    _resolve(model, hook)
-    drop = [n for n, m in model.named_modules() if isinstance(m, nn.Dropout) and m.training and m.p > 0]
-    if drop:
-        raise ValueError(f"dropout is active in {drop[:3]}: call model.eval() first (outputs must be a "
-                         f"deterministic function of the activation)")
-    if not isinstance(inputs, Tensor) or inputs.ndim < 1 or inputs.shape[0] < 1:
-        raise ValueError(f"inputs must be a Tensor [batch, ...], got {type(inputs).__name__}")
-    bs = self.batch_size
-    chunks = [inputs[i:i + bs] for i in range(0, inputs.shape[0], bs)]
-    acts = [record_activation(model, hook, x)[0] for x in chunks]         # [b, *act_shape]
-    a0 = acts[0]
-    has_pos = a0.ndim >= 3
-    if not has_pos and pos is not None:
-        raise ValueError(f"the activation at {hook!r} has shape {tuple(a0.shape)}, with no position "
-                         f"axis: pass pos=None")
-    T = a0.shape[1] if has_pos else 1
-    if pos is not None and not -T <= pos < T:
-        raise ValueError(f"pos={pos} is outside the {T} positions of {hook!r}")
-    positions = list(range(T)) if pos is None else [pos % T]
-    feat = a0.shape[2:] if has_pos else a0.shape[1:]
-    D = int(torch.tensor(feat).prod()) if len(feat) else 1
-    flat = lambda a, t: (a[:, t] if has_pos else a).reshape(a.shape[0], D)   # [b, D]
-    rows = torch.cat([flat(a, t) for a in acts for t in positions])           # [N, D]
-    rows = _check_acts(rows)
-    mean = rows.double().mean(0)
+def _token_batches(inputs, batch_size: int):
+    "`inputs` as a re-iterable of batches: a Tensor is cut into chunks; a one-shot iterator is refused."
+    if isinstance(inputs, Tensor):
+        if inputs.ndim < 1 or inputs.shape[0] < 1:
+            raise ValueError(f"inputs must be a Tensor [batch, ...], got shape {tuple(inputs.shape)}")
+        return [inputs[i:i + batch_size] for i in range(0, inputs.shape[0], batch_size)]
+    try:
+        it = iter(inputs)
+    except TypeError:
+        raise ValueError(f"inputs must be a Tensor [batch, ...] or an iterable of them, "
+                         f"got {type(inputs).__name__}") from None
+    if it is inputs:
+        raise ValueError("inputs is a one-shot iterator, but fit_hook reads the batches twice (the mean "
+                         "first, then the JVPs): pass a Tensor, a list or a DataLoader")
+    return inputs
 
-    def downstream(x: Tensor, t: int) -> Callable[[Tensor], Tensor]:
-        mask = torch.zeros(T, dtype=torch.bool, device=a0.device)
+
+class _HookPlan:
+    "What `ACE.fit_hook` needs to know about the activation at `hook`, and the two passes over the batches."
+    def __init__(self, model, hook, readout, pos, batches):
+        self.model, self.hook, self.readout, self.pos, self.src = model, hook, readout, pos, batches
+        self.layout, self.dtype, self.cache = None, torch.float32, [] if isinstance(batches, list) else None
+
+    def _set_layout(self, a: Tensor):
+        "From the first activation [b, *act_shape]: the position axis, its length, the positions, D."
+        has_pos = a.ndim >= 3
+        if not has_pos and self.pos is not None:
+            raise ValueError(f"the activation at {self.hook!r} has shape {tuple(a.shape)}, with no position "
+                             f"axis: pass pos=None")
+        T = a.shape[1] if has_pos else 1
+        if self.pos is not None and not -T <= self.pos < T:
+            raise ValueError(f"pos={self.pos} is outside the {T} positions of {self.hook!r}")
+        feat = a.shape[2:] if has_pos else a.shape[1:]
+        self.layout = (has_pos, T, feat, math.prod(feat))
+        self.positions = list(range(T)) if self.pos is None else [self.pos % T]
+        self.dtype, self.act_shape = a.dtype, a.shape[1:]
+
+    def _flat(self, a: Tensor, t: int) -> Tensor:
+        has_pos, T, feat, D = self.layout
+        return (a[:, t] if has_pos else a).reshape(a.shape[0], D)          # [b, D]
+
+    def _record(self, x) -> Tensor:
+        if not isinstance(x, Tensor) or x.ndim < 1:
+            raise ValueError(f"each batch of inputs must be a Tensor [batch, ...], got {type(x).__name__}")
+        a = _activation(self.model, self.hook, x)                          # [b, *act_shape]
+        if self.layout is None: self._set_layout(a)
+        elif a.shape[1:] != self.act_shape:
+            raise ValueError(f"the activation at {self.hook!r} has shape {tuple(a.shape[1:])} per sample in "
+                             f"one batch and {tuple(self.act_shape)} in an earlier one")
+        return a
+
+    def first_pass(self) -> tuple[int, Tensor | None]:
+        "Pass 1, forward only: (N, Σ h) over every sample, activations cached when inputs was a Tensor."
+        n, total = 0, None
+        for x in self.src:
+            a = self._record(x)
+            if self.cache is not None: self.cache.append(a)
+            rows = as_acts(torch.cat([self._flat(a, t) for t in self.positions]), float64=False)
+            s = rows.double().sum(0).cpu()
+            total, n = s if total is None else total + s, n + rows.shape[0]
+        return n, total
+
+    def batches(self, joint: bool):
+        "Pass 2: `(h [n, D], downstream)` pairs for `ACE._accumulate`."
+        acts = self.cache if self.cache is not None else (self._record(x) for x in self.src)
+        for x, a in zip(self.src, acts):
+            if joint: yield a.reshape(-1, self.layout[3]), self.downstream_joint(x)
+            else:
+                for t in self.positions: yield self._flat(a, t), self.downstream(x, t)
+
+    def downstream(self, x: Tensor, t: int) -> Callable[[Tensor], Tensor]:
+        "h [b, D] at position t ↦ the readout at t, through the rest of the forward pass."
+        has_pos, T, feat, D = self.layout
+        mask = torch.zeros(T, dtype=torch.bool, device=x.device if has_pos else None)
         mask[t] = True
         mask = mask.view(1, T, *([1] * len(feat)))
         def f(h):                                                             # h: [b, D]
             hh = h.reshape(h.shape[0], *feat)
-            sub = (lambda act: torch.where(mask, hh.unsqueeze(1), act)) if has_pos else (lambda act: hh)
-            with replace_activation(model, hook, sub):
-                out = model(x)
-            y = readout(out, x)
+            sub = (lambda act: torch.where(mask.to(act.device), hh.unsqueeze(1), act)) if has_pos \
+                else (lambda act: hh)
+            with replace_activation(self.model, self.hook, sub):
+                out = self.model(x)
+            y = self.readout(out, x)
             if isinstance(y, Tensor) and y.ndim == 3:
                 y = y[:, t]                                                   # this sample's own position
             return y
         return f
 
-    def downstream_joint(x: Tensor) -> Callable[[Tensor], Tensor]:
+    def downstream_joint(self, x: Tensor) -> Callable[[Tensor], Tensor]:
+        "h [b·T, D], every position at once ↦ the per-position readouts [b·T, O]."
+        has_pos, T, feat, D = self.layout
         def f(h):                                                             # h: [b*T, D]
             hh = h.reshape(x.shape[0], T, *feat)
-            with replace_activation(model, hook, lambda act: hh):
-                out = model(x)
-            y = readout(out, x)
+            with replace_activation(self.model, self.hook, lambda act: hh):
+                out = self.model(x)
+            y = self.readout(out, x)
             if not (isinstance(y, Tensor) and y.ndim == 3):
                 raise ValueError("joint=True needs a per-position readout [b, pos, O]")
             return y.reshape(-1, y.shape[-1])                                 # [b*T, O]
         return f
 
-    if joint:
-        if pos is not None or not has_pos:
+    def joint_error(self, ace: ACE, mean: Tensor) -> float:
+        "Relative gap between one joint JVP and the per-position JVPs, on the first four sequences."
+        has_pos, T, feat, D = self.layout
+        x = next(iter(self.src))[:4]
+        a = _activation(self.model, self.hook, x)
+        b = x.shape[0]
+        h = a.reshape(b * T, D)
+        ht = h - mean.to(h.device, h.dtype)
+        with torch.no_grad():
+            fj = _task(self.downstream_joint(x), b * T, D, None, ace.center_outputs)
+            vj = _call("jvp", tuple(h.shape), jvp, fj, (h,), (ht,))[1].reshape(b, T, -1)
+            ve = torch.stack([_call("jvp", (b, D), jvp, _task(self.downstream(x, t), b, D, None,
+                                                              ace.center_outputs),
+                                    (h.reshape(b, T, D)[:, t],), (ht.reshape(b, T, D)[:, t],))[1]
+                              for t in range(T)], 1)                          # [b, T, O]
+        return float((vj - ve).norm() / ve.norm().clamp_min(1e-30))
+
+    def use_joint(self, ace: ACE, mean: Tensor, joint: bool | None) -> bool:
+        "joint=None: the joint pass where it is exact (to round-off); True: required, else ValueError."
+        has_pos = self.layout[0]
+        if joint is None:
+            return self.pos is None and has_pos and self.layout[1] > 1 and \
+                self.joint_error(ace, mean) <= 1000 * torch.finfo(self.dtype).eps
+        if not joint: return False
+        if self.pos is not None or not has_pos:
             raise ValueError("joint=True is for pos=None on an activation with a position axis")
-        _check_joint(self, chunks[0][:4], acts[0][:4], mean, downstream, downstream_joint, T, D, hook)
-        batches = ((a.reshape(-1, D), downstream_joint(x)) for x, a in zip(chunks, acts))
-    else:
-        batches = ((flat(a, t), downstream(x, t)) for x, a in zip(chunks, acts) for t in positions)
-    self._fit(mean, batches, rows.shape[0], D, rows.dtype)
-    self.hook_, self.pos_ = hook, pos
-    return self
-
-ACE.fit_hook = _fit_hook
+        err = self.joint_error(ace, mean)
+        if err > 1e-3:
+            raise ValueError(f"positions interact downstream of {self.hook!r}: the joint JVP differs from "
+                             f"the per-position JVPs by {err:.2g} (relative); use joint=False")
+        return True
 
 
-def _check_joint(ace, x, a, mean, downstream, downstream_joint, T, D, hook):
-    "Refuse joint=True unless one joint JVP equals the per-position JVPs on a few sequences."
-    b = x.shape[0]
-    h = a.reshape(b * T, D)
-    ht = h - mean.to(h.dtype)
-    with torch.no_grad():
-        fj = _task(downstream_joint(x), b * T, D, None, ace.center_outputs)
-        vj = _call("jvp", tuple(h.shape), jvp, fj, (h,), (ht,))[1].reshape(b, T, -1)
-        ve = torch.stack([_call("jvp", (b, D), jvp, _task(downstream(x, t), b, D, None, ace.center_outputs),
-                                (h.reshape(b, T, D)[:, t],), (ht.reshape(b, T, D)[:, t],))[1]
-                          for t in range(T)], 1)                              # [b, T, O]
-    err = float((vj - ve).norm() / ve.norm().clamp_min(1e-30))
-    if err > 1e-3:
-        raise ValueError(f"positions interact downstream of {hook!r}: the joint JVP differs from the "
-                         f"per-position JVPs by {err:.2g} (relative); use joint=False")
+class _Stop(Exception):
+    "Raised by `_activation`'s hook: nothing after the hook needs computing."
+
+
+def _activation(model: nn.Module, hook: str, inputs: Tensor) -> Tensor:
+    "The activation at `hook` on `inputs`, without running the rest of the model."
+    store = {}
+    def grab(act):
+        store["act"] = act.detach()
+        raise _Stop
+    try:
+        with torch.no_grad(), replace_activation(model, hook, grab):
+            model(inputs)
+    except _Stop:
+        pass
+    if "act" not in store:
+        raise ValueError(f"the forward pass of {type(model).__name__} never reached {hook!r}")
+    return store["act"]

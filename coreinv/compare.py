@@ -8,7 +8,7 @@ import torch
 from scipy.stats import rankdata
 from torch import Tensor, nn
 
-from .ace import Core
+from .ace import Core, as_acts
 
 # %% auto #0
 __all__ = ['projector_overlap', 'cca', 'procrustes', 'cca_align', 'weight_cosine', 'spearman']
@@ -34,16 +34,6 @@ def projector_overlap(U1, U2) -> float:
     return float((U1.T @ U2).pow(2).sum() / min(U1.shape[1], U2.shape[1]))
 
 # %% ../nbs/13_compare.ipynb #22df19dc
-def _data(X, name: str) -> Tensor:
-    X = torch.as_tensor(X).detach().to("cpu", torch.float64)
-    if X.ndim == 1: X = X[:, None]
-    if X.ndim != 2:
-        raise ValueError(f"{name} must be [N, d], got shape {tuple(X.shape)}")
-    if not torch.isfinite(X).all():
-        raise ValueError(f"{name} contains NaN or Inf")
-    return X
-
-
 def _orth(X: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     "Centred X = Q S Vᵀ restricted to its numerical rank."
     U, S, Vh = torch.linalg.svd(X - X.mean(0), full_matrices=False)
@@ -55,7 +45,7 @@ def _orth(X: Tensor) -> tuple[Tensor, Tensor, Tensor]:
 
 def cca(X, Y) -> Tensor:
     "Canonical correlations of X [N, dx] and Y [N, dy], descending (float64)."
-    X, Y = _data(X, "X"), _data(Y, "Y")
+    X, Y = as_acts(X, "X", vector=True), as_acts(Y, "Y", vector=True)
     if X.shape[0] != Y.shape[0]:
         raise ValueError(f"X has {X.shape[0]} samples but Y has {Y.shape[0]}; rows must pair up")
     if X.shape[1] + Y.shape[1] >= X.shape[0] - 1:
@@ -67,7 +57,7 @@ def cca(X, Y) -> Tensor:
 # %% ../nbs/13_compare.ipynb #6b9c3d39
 def procrustes(Z1, Z2) -> tuple[Tensor, float]:
     "Orthogonal R [k, k] minimising ‖(Z1 − Z̄1) R − (Z2 − Z̄2)‖_F, and the relative residual."
-    Z1, Z2 = _data(Z1, "Z1"), _data(Z2, "Z2")
+    Z1, Z2 = as_acts(Z1, "Z1", vector=True), as_acts(Z2, "Z2", vector=True)
     if Z1.shape != Z2.shape:
         raise ValueError(f"Z1 {tuple(Z1.shape)} and Z2 {tuple(Z2.shape)} must have the same shape")
     A, B = Z1 - Z1.mean(0), Z2 - Z2.mean(0)
@@ -78,7 +68,7 @@ def procrustes(Z1, Z2) -> tuple[Tensor, float]:
 
 def cca_align(Z1, Z2) -> tuple[Tensor, Tensor, Tensor]:
     "A [k1, r], B [k2, r], corr [r]: (Z1 − Z̄1) A and (Z2 − Z̄2) B are paired canonical variates."
-    Z1, Z2 = _data(Z1, "Z1"), _data(Z2, "Z2")
+    Z1, Z2 = as_acts(Z1, "Z1", vector=True), as_acts(Z2, "Z2", vector=True)
     corr = cca(Z1, Z2)
     Qx, Sx, Vx = _orth(Z1)
     Qy, Sy, Vy = _orth(Z2)

@@ -7,20 +7,27 @@ import numpy as np
 import scipy.linalg as sla
 from scipy.spatial.distance import pdist
 
-from .koopman import EDMDc, _as_data
+from .ace import Estimator, as_acts, clone
+from .koopman import EDMDc
 
 # %% auto #0
 __all__ = ['Dictionary', 'IdentityDictionary', 'PCADictionary', 'RandomProjectionDictionary', 'RandomFourierDictionary',
            'SpectralDictionary', 'SAEDictionary']
 
 # %% ../nbs/31_dictionaries.ipynb #ed518907
-class Dictionary:
+class Dictionary(Estimator):
     "Base of the dictionaries: `fit(X)` → self, `transform(X)` [n, D] → [n, r]; column 0 is 1 when `constant`."
     constant: bool = True
 
     def fit(self, X, y=None):
-        X = _as_data(X, "X")                               # [n, D]
-        self._fit(X)
+        """Fit on the states X [n, D]; `y` is only read by dictionaries that need the dynamics.
+
+        Returns
+        -------
+        self
+        """
+        X = as_acts(X, "X", vector=True).numpy()          # [n, D]
+        self._fit(X, y)
         self.n_input_ = X.shape[1]
         self.has_constant_ = bool(self.constant)
         self.n_features_ = self._n_features() + int(self.has_constant_)
@@ -29,7 +36,7 @@ class Dictionary:
     def transform(self, X) -> np.ndarray:
         if not hasattr(self, "n_features_"):
             raise ValueError(f"this {type(self).__name__} is not fitted yet: call fit first")
-        X = _as_data(X, "X")
+        X = as_acts(X, "X", vector=True).numpy()
         if X.shape[1] != self.n_input_:
             raise ValueError(f"{type(self).__name__} was fitted on D={self.n_input_}, got D={X.shape[1]}")
         F = self._features(X)                              # [n, r]
@@ -39,14 +46,14 @@ class Dictionary:
         return self.fit(X).transform(X)
 
     def __repr__(self):
-        args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.endswith("_") and not k.startswith("_"))
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params(deep=False).items())
         return f"{type(self).__name__}({args})"
 
 # %% ../nbs/31_dictionaries.ipynb #9744c9b6
 class IdentityDictionary(Dictionary):
     "Ψ(x) = (1, x): the state itself, with a constant."
     def __init__(self, constant: bool = True): self.constant = constant
-    def _fit(self, X): self._d = X.shape[1]
+    def _fit(self, X, y=None): self._d = X.shape[1]
     def _n_features(self): return self._d
     def _features(self, X): return X.copy()
 
@@ -56,7 +63,7 @@ class PCADictionary(Dictionary):
     def __init__(self, n_components: int, constant: bool = True):
         self.n_components, self.constant = n_components, constant
 
-    def _fit(self, X):
+    def _fit(self, X, y=None):
         if not 1 <= self.n_components <= min(X.shape):
             raise ValueError(f"n_components must be in 1..{min(X.shape)} for X of shape {X.shape}, "
                              f"got {self.n_components}")
@@ -74,7 +81,7 @@ class RandomProjectionDictionary(Dictionary):
     def __init__(self, n_components: int, seed: int = 0, constant: bool = True):
         self.n_components, self.seed, self.constant = n_components, seed, constant
 
-    def _fit(self, X):
+    def _fit(self, X, y=None):
         if not 1 <= self.n_components <= X.shape[1]:
             raise ValueError(f"n_components must be in 1..{X.shape[1]} (the state dimension), "
                              f"got {self.n_components}")
@@ -91,7 +98,7 @@ class RandomFourierDictionary(Dictionary):
                  constant: bool = True):
         self.n_components, self.bandwidth, self.seed, self.constant = n_components, bandwidth, seed, constant
 
-    def _fit(self, X):
+    def _fit(self, X, y=None):
         rng = np.random.default_rng(self.seed)
         if self.bandwidth is None:
             sub = X[rng.choice(len(X), min(len(X), 1000), replace=False)]
@@ -117,18 +124,13 @@ class SpectralDictionary(Dictionary):
                  constant: bool = True):
         self.n_components, self.base, self.rank, self.ridge, self.constant = n_components, base, rank, ridge, constant
 
-    def fit(self, X, U=None, Y=None):
-        if Y is None:
-            raise ValueError("SpectralDictionary needs the dynamics: call fit(X, U=U, Y=Y) with the "
-                             "next states Y (and controls U, or None)")
-        self._dyn = (U, Y)
-        try: return super().fit(X)
-        finally: del self._dyn
-
-    def _fit(self, X):
-        U, Y = self._dyn
+    def _fit(self, X, y=None):
+        if y is None:
+            raise ValueError("SpectralDictionary needs the dynamics: call fit(X, (U, Y)) with the next "
+                             "states Y and the controls U (or None), or fit(X, Y)")
+        U, Y = y if isinstance(y, tuple) else (None, y)
         base = self.base if self.base is not None else RandomFourierDictionary(256)
-        n_base = base.fit(X[:2]).transform(X[:2]).shape[1] if self.rank is None else None
+        n_base = clone(base).fit(X[:2]).transform(X[:2]).shape[1] if self.rank is None else None
         rank = self.rank if self.rank is not None else min(n_base, 4 * self.n_components)
         if not 1 <= self.n_components <= rank:
             raise ValueError(f"n_components must be in 1..{rank} (the rank of the first fit), "
@@ -178,7 +180,7 @@ class SAEDictionary(Dictionary):
         self.encoder, self.n_components, self.select = encoder, n_components, select
         self.constant, self.batch_size = constant, batch_size
 
-    def _fit(self, X):
+    def _fit(self, X, y=None):
         if self.select not in ("variance", "frequency"):
             raise ValueError(f"select must be 'variance' or 'frequency', got {self.select!r}")
         Z = _encode(self.encoder, X, self.batch_size)                  # [n, d_sae]

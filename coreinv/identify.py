@@ -8,27 +8,16 @@ import torch
 from scipy.optimize import linear_sum_assignment
 from torch import Tensor
 
+from .ace import as_acts
+
 # %% auto #0
 __all__ = ['fit_operator', 'lagged_pairs', 'match_spectra', 'operator_spectrum']
 
 # %% ../nbs/12_identify.ipynb #8ead9007
-def _as_2d_float64(x, name: str) -> Tensor:
-    "`x` as a float64 CPU tensor of shape [n, d], or a ValueError saying what came instead."
-    t = torch.as_tensor(x).detach()
-    if t.ndim != 2:
-        raise ValueError(f"{name} must be 2-D [samples, dims], got shape {tuple(t.shape)}")
-    if not (t.is_floating_point() or t.is_complex()):
-        t = t.to(torch.float64)
-    t = t.to("cpu", torch.float64)
-    if not torch.isfinite(t).all():
-        raise ValueError(f"{name} contains NaN or Inf")
-    return t
-
-
 def fit_operator(Z, Z_next, ridge: float = 0.0) -> Tensor:
     "Least-squares operator `A` (float64) with `Z_next ≈ Z @ A.T`; rows are samples."
-    Z = _as_2d_float64(Z, "Z")                  # [n, k]
-    Zn = _as_2d_float64(Z_next, "Z_next")       # [n, m]
+    Z = as_acts(Z, "Z")                  # [n, k]
+    Zn = as_acts(Z_next, "Z_next")       # [n, m]
     if Z.shape[0] != Zn.shape[0]:
         raise ValueError(f"Z has {Z.shape[0]} samples but Z_next has {Zn.shape[0]}; rows must pair up")
     if ridge < 0:
@@ -83,7 +72,7 @@ def match_spectra(a, b) -> tuple[float, np.ndarray]:
 # %% ../nbs/12_identify.ipynb #14d0657d
 def operator_spectrum(A) -> np.ndarray:
     "Eigenvalues of the square operator `A`, sorted by decreasing modulus then angle."
-    A = _as_2d_float64(A, "A")
+    A = as_acts(A, "A")
     if A.shape[0] != A.shape[1]:
         raise ValueError(f"A must be square to have a spectrum, got shape {tuple(A.shape)}")
     ev = np.linalg.eigvals(A.numpy())

@@ -99,7 +99,7 @@ def test_sae_dictionary_duck_typed_and_selection_rules():
 
 def test_spectral_dictionary_recovers_eigenfunctions():
     sp = SpectralDictionary(4, base=IdentityDictionary(constant=False), rank=4, ridge=0.0, constant=False)
-    sp.fit(X, U=U, Y=Y)
+    sp.fit(X, (U, Y))
     assert spectral_distance(sp.eigvals_, np.linalg.eigvals(A)) < 1e-10
     assert invariance_residual(sp, X, U, Y, fit_dictionary=False).overall < 1e-20
     F = sp.transform(X)
@@ -110,7 +110,7 @@ def test_spectral_dictionary_recovers_eigenfunctions():
     with pytest.raises(ValueError, match="needs the dynamics"):
         SpectralDictionary(2).fit(X)
     # never splits a complex pair: asking for 3 gives the pair and the next real eigenvalue
-    s3 = SpectralDictionary(3, base=IdentityDictionary(constant=False), rank=4, ridge=0.0).fit(X, U=U, Y=Y)
+    s3 = SpectralDictionary(3, base=IdentityDictionary(constant=False), rank=4, ridge=0.0).fit(X, (U, Y))
     assert s3.n_features_ == 4 and np.iscomplex(s3.eigvals_[:2]).all() and s3.eigvals_[2].imag == 0
 
 
@@ -122,3 +122,30 @@ def test_user_dictionary_object():
     m = EDMDc(mine).fit(X, U, Y)
     assert not hasattr(mine, "fitted") and m.dictionary_.fitted            # the user's object is untouched
     assert spectral_distance(m, EDMDc(IdentityDictionary()).fit(X, U, Y)) < 1e-10
+
+
+def test_estimator_contract_and_clone_without_deepcopy():
+    from coreinv.ace import clone
+    m = EDMDc(SpectralDictionary(4, base=RandomFourierDictionary(32, seed=2)), rank=None, ridge=0.1)
+    p = m.get_params()
+    assert p["ridge"] == 0.1 and p["dictionary__n_components"] == 4 and p["dictionary__base__seed"] == 2
+    m.set_params(dictionary__base__seed=5, chunk=100)
+    assert m.dictionary.base.seed == 5 and m.chunk == 100
+    with pytest.raises(ValueError, match="no parameter 'rnk'"):
+        m.set_params(rnk=3)
+    c = clone(m.fit(X, U, Y))
+    assert c.get_params(deep=False).keys() == m.get_params(deep=False).keys()
+    assert c.dictionary is not m.dictionary and c.dictionary.base is not m.dictionary.base
+    assert not hasattr(c, "A_") and not hasattr(c.dictionary, "weights_")
+    assert not hasattr(m.dictionary, "weights_")          # EDMDc fits a clone, never the caller's dictionary
+    sae = SAEDictionary(Enc(), 5)
+    assert clone(sae).encoder is sae.encoder              # a model parameter is shared, not copied
+    assert repr(PCADictionary(3)) == "PCADictionary(n_components=3, constant=True)"
+
+
+def test_spectral_dictionary_keeps_the_fit_signature():
+    base = IdentityDictionary(constant=False)
+    a = SpectralDictionary(4, base=base, rank=4, ridge=0.0).fit(X, (U, Y))
+    b = SpectralDictionary(4, base=base, rank=4, ridge=0.0).fit(X, Y)      # no controls
+    assert a.n_features_ == b.n_features_ == 5 and not hasattr(base, "n_features_")
+    assert not any(k.startswith("_dyn") for k in vars(a))
