@@ -7,10 +7,14 @@ import copy
 import difflib
 import inspect
 import math
+import operator
+import weakref
 from contextlib import contextmanager
 from typing import Callable, Iterable
 
 import torch
+import torch.fx
+import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import jvp, vjp, vmap
 
@@ -409,8 +413,13 @@ class ACE(Estimator):
                 if n == 0: continue
                 ht = h - st["centre"].to(h.device, h.dtype)     # [n, D] centred activations
                 if self.method == "jvp":
-                    f = _task(fn, n, D, None, self.center_outputs)
-                    y, v = _call("jvp", tuple(h.shape), jvp, f, (h,), (ht,))       # v = J_n h̃_n: [n, O]
+                    try: fast = _stacked_jvp(fn, h, ht)            # primal and tangent in one pass
+                    except Exception: fast = None                  # anything odd: torch.func decides
+                    if fast is None:
+                        f = _task(fn, n, D, None, self.center_outputs)
+                        y, v = _call("jvp", tuple(h.shape), jvp, f, (h,), (ht,))   # v = J_n h̃_n: [n, O]
+                    else:
+                        y, v = (_task(lambda _, a=a: a, n, D, None, self.center_outputs)(h) for a in fast)
                     _check_finite(y, "value")
                     _check_finite(v, "Jacobian-vector product")
                     part = (ht.T @ v).double().cpu()               # [D, O]: batch sum in acts' dtype
@@ -440,8 +449,9 @@ class ACE(Estimator):
                     raise ValueError(f"outputs changed width between batches: {tuple(part.shape)} vs "
                                      f"{tuple(st['cross'].shape)}")
                 st["cross"] = part if st["cross"] is None else st["cross"] + part
-                st["sum_h"] += ht.double().sum(0).cpu()
-                st["hh"] += float(ht.double().pow(2).sum())
+                htd = ht.double()
+                st["sum_h"] += htd.sum(0).cpu()
+                st["hh"] += float(htd.pow(2).sum())
                 st["vv"] += vv
                 st["n"] += n
 
@@ -805,3 +815,120 @@ def _activation(model: nn.Module, hook: str, inputs: Tensor) -> Tensor:
     if "act" not in store:
         raise ValueError(f"the forward pass of {type(model).__name__} never reached {hook!r}")
     return store["act"]
+
+# %% ../nbs/10_ace.ipynb #49b8ff44
+_SUPPORTED_MODULES = (nn.Linear, nn.LayerNorm, nn.GELU, nn.Tanh, nn.ReLU, nn.Identity)
+_SUPPORTED_FUNCTIONS = {operator.add, operator.sub, operator.mul, torch.add, torch.tanh, torch.relu,
+                        F.gelu, F.log_softmax, torch.log_softmax}
+_traces: "weakref.WeakKeyDictionary[nn.Module, object]" = weakref.WeakKeyDictionary()
+
+
+def _trace(fn) -> "torch.fx.GraphModule | None":
+    "An FX graph of `fn` if it is an nn.Module made only of what `_stacked_jvp` knows, else None (cached)."
+    if not isinstance(fn, nn.Module): return None
+    if fn in _traces: return _traces[fn]
+    try:
+        gm = torch.fx.symbolic_trace(fn)
+    except Exception:
+        gm = None
+    if gm is not None:
+        for node in gm.graph.nodes:
+            ok = (node.op in ("placeholder", "output", "get_attr")
+                  or (node.op == "call_module" and type(gm.get_submodule(node.target)) in _SUPPORTED_MODULES
+                      and _module_ok(gm.get_submodule(node.target)))
+                  or (node.op == "call_function" and node.target in _SUPPORTED_FUNCTIONS
+                      and (node.target is not F.gelu or node.kwargs.get("approximate", "none") == "none"))
+                  or (node.op == "call_method" and node.target in ("log_softmax", "tanh", "relu")))
+            if not ok: gm = None; break
+    _traces[fn] = gm
+    return gm
+
+
+def _module_ok(m: nn.Module) -> bool:
+    if isinstance(m, nn.LayerNorm): return len(m.normalized_shape) == 1
+    if isinstance(m, nn.GELU): return m.approximate == "none"
+    return True
+
+
+def _gelu(x, t):
+    cdf = 0.5 * (1 + torch.erf(x * 0.7071067811865476))
+    return x * cdf, (cdf + x * torch.exp(-0.5 * x * x) * 0.3989422804014327) * t
+
+
+def _log_softmax(x, t, dim):
+    y = x.log_softmax(dim)
+    return y, t - (y.exp() * t).sum(dim, keepdim=True)
+
+
+def _layer_norm(m: nn.LayerNorm, x, t):
+    xc = x - x.mean(-1, keepdim=True)
+    r = (xc.pow(2).mean(-1, keepdim=True) + m.eps).rsqrt()
+    xh = xc * r
+    tc = t - t.mean(-1, keepdim=True)
+    th = r * (tc - xh * (xh * tc).mean(-1, keepdim=True))
+    if m.weight is None: return xh, th
+    return m.weight * xh + (m.bias if m.bias is not None else 0), m.weight * th
+
+
+def _stacked(rule, x, t, *args):
+    "Apply one op to the pair (x, t); t None means a zero tangent (a constant)."
+    if t is None: return rule(x, torch.zeros_like(x), *args)[0], None
+    return rule(x, t, *args)
+
+
+def _linear(m: nn.Linear, x, t):
+    "One matrix product over the stacked batch [x; t]: the bias goes to the primal only."
+    z = torch.cat([x, t]) @ m.weight.T
+    n = x.shape[0]
+    return (z[:n] + m.bias if m.bias is not None else z[:n]), z[n:]
+
+
+def _pair_arith(op, a, b):
+    (x, tx), (y, ty) = a, b
+    v = op(x, y)
+    if op in (operator.add, torch.add, operator.sub):
+        sign = -1 if op is operator.sub else 1
+        t = tx if ty is None else (sign * ty if tx is None else tx + sign * ty)
+    else:                                                           # product rule
+        t = None if tx is None and ty is None else \
+            (0 if tx is None else tx * y) + (0 if ty is None else x * ty)
+    return v, t
+
+
+def _stacked_jvp(fn, h: Tensor, t: Tensor) -> tuple[Tensor, Tensor] | None:
+    "(fn(h), J t) in one pass over primal and tangent together, or None where `fn` is not supported."
+    gm = _trace(fn)
+    if gm is None: return None
+    env = {}
+    val = lambda a: env[a] if isinstance(a, torch.fx.Node) else (a, None)
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            env[node] = (h, t)
+        elif node.op == "get_attr":
+            env[node] = (gm.get_parameter(node.target) if node.target in dict(gm.named_parameters())
+                         else gm.get_buffer(node.target), None)
+        elif node.op == "output":
+            return env[node.args[0]]
+        else:
+            fname = node.target if node.op != "call_module" else type(gm.get_submodule(node.target))
+            (x, tx), rest = val(node.args[0]), node.args[1:]
+            if node.op == "call_module":
+                m = gm.get_submodule(node.target)
+                if isinstance(m, nn.Linear): env[node] = _linear(m, x, tx) if tx is not None else (m(x), None)
+                elif isinstance(m, nn.LayerNorm): env[node] = _stacked(lambda a, b: _layer_norm(m, a, b), x, tx)
+                elif isinstance(m, nn.GELU): env[node] = _stacked(_gelu, x, tx)
+                elif isinstance(m, nn.Tanh): env[node] = (torch.tanh(x), None if tx is None else (1 - torch.tanh(x) ** 2) * tx)
+                elif isinstance(m, nn.ReLU): env[node] = (torch.relu(x), None if tx is None else tx * (x > 0))
+                else: env[node] = (x, tx)
+            elif fname in (operator.add, operator.sub, operator.mul, torch.add):
+                env[node] = _pair_arith(fname, (x, tx), val(rest[0]))
+            elif fname in (torch.tanh, "tanh"):
+                env[node] = (torch.tanh(x), None if tx is None else (1 - torch.tanh(x) ** 2) * tx)
+            elif fname in (torch.relu, "relu"):
+                env[node] = (torch.relu(x), None if tx is None else tx * (x > 0))
+            elif fname is F.gelu:
+                env[node] = _stacked(_gelu, x, tx)
+            else:                                                   # log_softmax, as a method or function
+                dim = rest[0] if rest else node.kwargs.get("dim")
+                env[node] = _stacked(_log_softmax, x, tx, dim)
+    return None
