@@ -306,7 +306,7 @@ def _train(sae: SAE, Xs: Tensor, p: SparseAutoencoder, ss) -> tuple[dict, int]:
         last_fired[(f > 0).any(0)] = step + 1
         dead = (step + 1 - last_fired) > p.dead_window                   # [d_sae]
         if p.kind == "relu":
-            aux = torch.zeros(())
+            aux = torch.zeros((), device=Xs.device)
             loss = err.pow(2).sum(-1).mean() + p.l1_coefficient * f.sum(-1).mean()
         else:
             aux = auxk_loss(pre, -err.detach(), sae.W_dec, dead, k_aux, var)
@@ -341,7 +341,7 @@ def _resample(sae: SAE, opt: torch.optim.Adam, Xs: Tensor, dead: Tensor, g: torc
         err = (sae(x)[0] - x).pow(2).sum(-1)                             # [n] squared error
         p = err.pow(2)                                                   # P(pick) ∝ loss²
         p = p if p.sum() > 0 else torch.ones_like(p)
-        v = x[torch.multinomial(p, len(idx), replacement=True, generator=g)] - sae.b_dec   # [n_dead, d_in]
+        v = x[torch.multinomial(p.cpu(), len(idx), replacement=True, generator=g)] - sae.b_dec   # [n_dead, d_in]
         v = v / v.norm(dim=1, keepdim=True).clamp_min(1e-12)
         alive = ~dead
         enc_norm = sae.W_enc[:, alive].norm(dim=0).mean() if alive.any() else torch.tensor(1.0)
