@@ -154,6 +154,16 @@ class SpectralDictionary(Dictionary):
     def _features(self, X): return self.base_.transform(X) @ self.weights_
 
 # %% ../nbs/31_dictionaries.ipynb #557f2dd2
+def _sae_of(encoder):
+    "The object whose `encode` SAEDictionary calls: a fitted coreinv `SparseAutoencoder`'s `sae_`, else `encoder`."
+    if hasattr(encoder, "get_params") and hasattr(encoder, "fit") and hasattr(encoder, "encode"):
+        if not hasattr(encoder, "sae_"):
+            raise ValueError(f"the {type(encoder).__name__} is not fitted: fit it first and pass its `sae_` "
+                             f"(EDMDc fits a clone of its dictionary, and a clone of an estimator is unfitted)")
+        return encoder.sae_
+    return encoder
+
+
 def _encode(encoder, X: np.ndarray, batch_size: int) -> np.ndarray:
     "Latents of `encoder` on X [n, D] as float64 [n, d_sae], batch by batch, without gradients."
     import torch
@@ -167,14 +177,44 @@ def _encode(encoder, X: np.ndarray, batch_size: int) -> np.ndarray:
     out = []
     with torch.no_grad():
         for s in range(0, len(X), batch_size):
-            z = f(torch.as_tensor(X[s:s + batch_size], dtype=dtype, device=device))
+            xb = torch.as_tensor(X[s:s + batch_size], dtype=dtype, device=device)   # [b, D]
+            try:
+                z = f(xb)
+            except (RuntimeError, IndexError) as e:
+                raise ValueError(f"the encoder failed on a batch of shape {tuple(xb.shape)}: {e}") from e
             z = z.detach().cpu().double().numpy() if hasattr(z, "detach") else np.asarray(z, dtype=np.float64)
             out.append(z)
     return np.concatenate(out, axis=0)
 
 
 class SAEDictionary(Dictionary):
-    "Ψ(x) = (1, n_components SAE latents chosen by `select`: 'variance' or 'frequency')."
+    """Ψ(x) = (1, n_components SAE latents chosen by `select`: 'variance' or 'frequency').
+
+    Parameters
+    ----------
+    encoder : an SAE
+        A coreinv `SAE`, a fitted `SparseAutoencoder`, a sae-lens `SAE`, anything with an `encode`
+        method, or a callable, mapping a torch tensor [n, D] to latents [n, d_sae].
+    n_components : int or None
+        Latents kept (default: all).
+    select : {"variance", "frequency"}
+        Keep the latents of largest variance, or that fire (> 0) on the most states.
+    constant : bool
+        Prepend the constant feature.
+    batch_size : int
+        States per call of `encode`.
+
+    Attributes
+    ----------
+    latents_ [r] (the kept latents' indices), variance_ and frequency_ [d_sae], n_latents_, and
+    those of `Dictionary`.
+
+    Raises
+    ------
+    ValueError
+        In `fit`: an unknown `select`, an `n_components` out of range, an encoder whose width
+        (`cfg.d_in` or `W_enc`'s rows) is not the states' D, or one that fails on them.
+    """
     def __init__(self, encoder, n_components: int | None = None, select: str = "variance",
                  constant: bool = True, batch_size: int = 4096):
         self.encoder, self.n_components, self.select = encoder, n_components, select
@@ -183,7 +223,13 @@ class SAEDictionary(Dictionary):
     def _fit(self, X, y=None):
         if self.select not in ("variance", "frequency"):
             raise ValueError(f"select must be 'variance' or 'frequency', got {self.select!r}")
-        Z = _encode(self.encoder, X, self.batch_size)                  # [n, d_sae]
+        enc = _sae_of(self.encoder)
+        d_in = getattr(getattr(enc, "cfg", None), "d_in", None)
+        if d_in is None and hasattr(enc, "W_enc"): d_in = enc.W_enc.shape[0]
+        if d_in is not None and int(d_in) != X.shape[1]:
+            raise ValueError(f"the SAE reads d_in={int(d_in)}, but the states have D={X.shape[1]}: "
+                             f"an SAE of another model or layer?")
+        Z = _encode(enc, X, self.batch_size)                           # [n, d_sae]
         if Z.ndim != 2 or Z.shape[0] != X.shape[0]:
             raise ValueError(f"encoder must map [n, D] to [n, d_sae], got {Z.shape} for n={X.shape[0]}")
         r = self.n_components or Z.shape[1]
@@ -195,4 +241,4 @@ class SAEDictionary(Dictionary):
         self.n_latents_ = Z.shape[1]
 
     def _n_features(self): return len(self.latents_)
-    def _features(self, X): return _encode(self.encoder, X, self.batch_size)[:, self.latents_]
+    def _features(self, X): return _encode(_sae_of(self.encoder), X, self.batch_size)[:, self.latents_]

@@ -3,66 +3,493 @@
 # %% ../nbs/33_sae.ipynb #a06ac925
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 from torch import Tensor, nn
 from tqdm import tqdm
 
+from .ace import Estimator, as_acts, replace_activation
+
 # %% auto #0
-__all__ = ['SAE', 'train_sae', 'sae_metrics']
+__all__ = ['SAEConfig', 'SAE', 'auxk_loss', 'SparseAutoencoder', 'sae_metrics', 'train_sae', 'ce_loss_recovered']
 
 # %% ../nbs/33_sae.ipynb #477a987d
+@dataclass
+class SAEConfig:
+    "The shape of an SAE, under sae-lens's names: `d_in`, `d_sae`, `architecture` ('relu' or 'topk'), `k`."
+    d_in: int
+    d_sae: int
+    architecture: str = "relu"
+    k: int | None = None
+
+
+def _topk(pre: Tensor, k: int) -> Tensor:
+    "Keep the k largest pre-activations of each row (then ReLU), zero the rest: [..., d_sae] → [..., d_sae]."
+    v, i = pre.topk(k, dim=-1)
+    return torch.zeros_like(pre).scatter(-1, i, torch.relu(v))
+
+
 class SAE(nn.Module):
-    "A ReLU sparse autoencoder: encode [n, d_in] → [n, d_sae], decode back; decoder rows unit-norm."
-    def __init__(self, d_in: int, d_sae: int, seed: int = 0):
+    """A sparse autoencoder with sae-lens's parameter names: ReLU (Bricken et al.) or TopK (Gao et al.).
+
+    f(x) = σ((x − b_dec) W_enc + b_enc), x̂ = f W_dec + b_dec, σ = ReLU or TopK-then-ReLU.
+
+    Parameters
+    ----------
+    d_in, d_sae : int
+        Input width (d_model) and number of latents.
+    kind : {"relu", "topk"}
+    k : int or None
+        Latents kept per input (TopK only; 1 ≤ k ≤ d_sae).
+    seed : int
+        Seed of the initialisation: decoder rows random unit vectors, encoder their transpose,
+        biases zero.
+    dtype : torch.dtype
+
+    Attributes
+    ----------
+    W_enc [d_in, d_sae], b_enc [d_sae], W_dec [d_sae, d_in], b_dec [d_in], cfg (`SAEConfig`).
+
+    Raises
+    ------
+    ValueError
+        On a bad width, kind or k.
+    """
+    def __init__(self, d_in: int, d_sae: int, seed: int = 0, kind: str = "relu", k: int | None = None,
+                 dtype: torch.dtype = torch.float32):
         super().__init__()
+        for name, v in dict(d_in=d_in, d_sae=d_sae).items():
+            if not (isinstance(v, int) and v >= 1): raise ValueError(f"{name} must be a positive int, got {v!r}")
+        if kind not in ("relu", "topk"): raise ValueError(f"kind must be 'relu' or 'topk', got {kind!r}")
+        if kind == "topk" and not (isinstance(k, int) and 1 <= k <= d_sae):
+            raise ValueError(f"kind='topk' needs an int k in 1..d_sae={d_sae}, got k={k!r}")
+        self.cfg = SAEConfig(d_in, d_sae, kind, k if kind == "topk" else None)
         g = torch.Generator().manual_seed(seed)
-        W = torch.randn(d_sae, d_in, generator=g)
-        W = W / W.norm(dim=1, keepdim=True)
-        self.W_dec = nn.Parameter(W.clone())                          # [d_sae, d_in]
-        self.W_enc = nn.Parameter(W.T.clone())                        # [d_in, d_sae]
-        self.b_enc = nn.Parameter(torch.zeros(d_sae))                 # [d_sae]
-        self.b_dec = nn.Parameter(torch.zeros(d_in))                  # [d_in]
+        W = torch.randn(d_sae, d_in, generator=g, dtype=torch.float64)
+        W = (W / W.norm(dim=1, keepdim=True)).to(dtype)
+        self.W_dec = nn.Parameter(W.clone())                          # [d_sae, d_in], unit rows
+        self.W_enc = nn.Parameter(W.T.clone())                        # [d_in, d_sae] = W_decᵀ
+        self.b_enc = nn.Parameter(torch.zeros(d_sae, dtype=dtype))    # [d_sae]
+        self.b_dec = nn.Parameter(torch.zeros(d_in, dtype=dtype))     # [d_in]
+
+    @property
+    def dtype(self) -> torch.dtype: return self.W_dec.dtype
+    @property
+    def device(self) -> torch.device: return self.W_dec.device
+
+    def pre_acts(self, x: Tensor) -> Tensor:
+        "(x − b_dec) W_enc + b_enc: [..., d_in] → [..., d_sae]."
+        return (x - self.b_dec) @ self.W_enc + self.b_enc
+
+    def activation(self, pre: Tensor) -> Tensor:
+        "ReLU, or TopK then ReLU: [..., d_sae] → [..., d_sae]."
+        return torch.relu(pre) if self.cfg.architecture == "relu" else _topk(pre, self.cfg.k)
 
     def encode(self, x: Tensor) -> Tensor:
-        return torch.relu((x - self.b_dec) @ self.W_enc + self.b_enc)  # [n, d_sae]
+        "The latents f(x): [..., d_in] → [..., d_sae]."
+        return self.activation(self.pre_acts(x))
 
     def decode(self, f: Tensor) -> Tensor:
-        return f @ self.W_dec + self.b_dec                            # [n, d_in]
+        "The reconstruction x̂ = f W_dec + b_dec: [..., d_sae] → [..., d_in]."
+        return f @ self.W_dec + self.b_dec
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        "(x̂, f) for x [..., d_in]."
         f = self.encode(x)
         return self.decode(f), f
 
+    def extra_repr(self) -> str:
+        k = f", k={self.cfg.k}" if self.cfg.k is not None else ""
+        return f"d_in={self.cfg.d_in}, d_sae={self.cfg.d_sae}, kind={self.cfg.architecture!r}{k}"
+
+# %% ../nbs/33_sae.ipynb #1e2728d6
+def auxk_loss(pre: Tensor, residual: Tensor, W_dec: Tensor, dead: Tensor, k_aux: int,
+              total_variance: Tensor | float) -> Tensor:
+    """Gao et al.'s auxiliary loss: how much of the residual the top `k_aux` *dead* latents explain.
+
+    L_aux = ‖e − ê‖² / Σ‖x − x̄‖², e = x − x̂ (no gradient), ê = TopK_{k_aux}(pre on dead latents) W_dec.
+
+    Parameters
+    ----------
+    pre : Tensor [batch, d_sae]
+        Pre-activations of the batch.
+    residual : Tensor [batch, d_in]
+        e = x − x̂, detached.
+    W_dec : Tensor [d_sae, d_in]
+    dead : bool Tensor [d_sae]
+        The latents that have not fired for a while.
+    k_aux : int
+        Dead latents used per input (Gao et al.: d_in / 2); fewer if fewer are dead.
+    total_variance : float
+        Σ‖x − x̄‖² over the batch, the normaliser of the main loss too.
+
+    Returns
+    -------
+    Tensor [], exactly 0 when no latent is dead.
+    """
+    n_dead = int(dead.sum())
+    if n_dead == 0: return pre.new_zeros(())
+    masked = torch.where(dead, pre, torch.full_like(pre, -torch.inf))   # [batch, d_sae]
+    v, i = masked.topk(min(k_aux, n_dead), dim=-1)
+    z = torch.zeros_like(pre).scatter(-1, i, torch.relu(v))             # [batch, d_sae]
+    return (z @ W_dec - residual).pow(2).sum() / total_variance
+
 # %% ../nbs/33_sae.ipynb #1ab801f8
+class SparseAutoencoder(Estimator):
+    """Train a ReLU + L1 (Bricken et al. 2023) or TopK + AuxK (Gao et al. 2024) sparse autoencoder.
+
+    Parameters
+    ----------
+    kind : {"topk", "relu"}
+    expansion_factor : int
+        d_sae = expansion_factor · d_in (the width), unless `d_sae` is given.
+    d_sae : int or None
+        The number of latents, overriding `expansion_factor`.
+    k : int or None
+        TopK: latents per input (default max(1, d_in // 4)).
+    l1_coefficient : float
+        ReLU: weight λ of the L1 penalty, on inputs scaled to unit RMS norm.
+    steps, batch_size, lr : int, int, float
+        Adam steps, inputs per step, learning rate.
+    dead_window : int
+        A latent that has not fired for this many steps is dead.
+    resample_every : int or None
+        ReLU: resample the dead latents every this many steps, during the first half of training
+        (None: never).
+    aux_k : int or None
+        TopK: dead latents in the auxiliary loss (default d_in // 2, as Gao et al.).
+    aux_coefficient : float
+        TopK: weight of the auxiliary loss (Gao et al.: 1/32).
+    seed : int
+        Seeds the initialisation, the batches and the resampling; the same seed gives the same
+        weights (on CPU).
+    dtype, device
+        Of the SAE and of the training.
+    progress : bool
+        Show a tqdm bar.
+
+    Attributes
+    ----------
+    sae_ : `SAE`, acting on the raw inputs (the scale is folded in; decoder rows unit-norm)
+    scale_ : the input scale √mean‖x − x̄‖² used during training
+    d_sae_, k_, n_features_in_, n_tokens_ (inputs seen), n_resampled_,
+    history_ : dict of per-step arrays: loss, mse, aux, l0, dead_fraction, decoder_norm_error
+    """
+    def __init__(self, kind: str = "topk", expansion_factor: int = 4, d_sae: int | None = None,
+                 k: int | None = None, l1_coefficient: float = 0.1, steps: int = 1000,
+                 batch_size: int = 256, lr: float = 1e-2, dead_window: int = 200,
+                 resample_every: int | None = 250, aux_k: int | None = None,
+                 aux_coefficient: float = 1 / 32, seed: int = 0, dtype: torch.dtype = torch.float32,
+                 device: str = "cpu", progress: bool = True):
+        self.kind, self.expansion_factor, self.d_sae, self.k = kind, expansion_factor, d_sae, k
+        self.l1_coefficient, self.steps, self.batch_size, self.lr = l1_coefficient, steps, batch_size, lr
+        self.dead_window, self.resample_every, self.aux_k = dead_window, resample_every, aux_k
+        self.aux_coefficient, self.seed, self.dtype, self.device = aux_coefficient, seed, dtype, device
+        self.progress = progress
+
+    def _check_params(self):
+        if self.kind not in ("relu", "topk"): raise ValueError(f"kind must be 'relu' or 'topk', got {self.kind!r}")
+        for name in ("expansion_factor", "steps", "batch_size", "dead_window"):
+            v = getattr(self, name)
+            if not (isinstance(v, int) and v >= 1): raise ValueError(f"{name} must be a positive int, got {v!r}")
+        for name in ("d_sae", "k", "aux_k", "resample_every"):
+            v = getattr(self, name)
+            if v is not None and not (isinstance(v, int) and v >= 1):
+                raise ValueError(f"{name} must be a positive int or None, got {v!r}")
+        if not self.lr > 0: raise ValueError(f"lr must be > 0, got {self.lr!r}")
+        if self.l1_coefficient < 0 or self.aux_coefficient < 0:
+            raise ValueError("l1_coefficient and aux_coefficient must be ≥ 0")
+
+    def fit(self, X, init: SAE | None = None) -> "SparseAutoencoder":
+        """Train on the activations X [n, d_in].
+
+        Parameters
+        ----------
+        X : Tensor or array [n, d_in], floating point
+        init : `SAE` or None
+            Start from a copy of this SAE (it is not modified) instead of a fresh one.
+
+        Returns
+        -------
+        self
+
+        Raises
+        ------
+        ValueError
+            If X is not a finite 2-D float matrix, has no variance, `init` has another width or
+            kind, or a parameter is out of range.
+        """
+        self._reset()
+        self._check_params()
+        X = as_acts(X, "X", min_samples=2, float64=False).to(self.device, self.dtype)  # [n, d_in]
+        n, d_in = X.shape
+        d_sae = self.d_sae or self.expansion_factor * d_in
+        k = (self.k or max(1, d_in // 4)) if self.kind == "topk" else None
+        if k is not None and k > d_sae: raise ValueError(f"k={k} is more than d_sae={d_sae}")
+        if init is not None:
+            if not isinstance(init, SAE): raise ValueError(f"init must be a coreinv SAE, got {type(init).__name__}")
+            if (init.cfg.d_in, init.cfg.d_sae, init.cfg.architecture) != (d_in, d_sae, self.kind):
+                raise ValueError(f"init has d_in={init.cfg.d_in}, d_sae={init.cfg.d_sae}, kind="
+                                 f"{init.cfg.architecture!r}, but X has d_in={d_in} and this estimator "
+                                 f"wants d_sae={d_sae}, kind={self.kind!r}")
+        scale = float((X - X.mean(0)).pow(2).sum(1).mean().sqrt())
+        if not scale > 0: raise ValueError("X has zero variance (all rows equal): nothing to encode")
+        Xs = X / scale                                                   # [n, d_in], unit RMS norm
+        if init is None:
+            sae = SAE(d_in, d_sae, self.seed, self.kind, k, self.dtype).to(self.device)
+            with torch.no_grad(): sae.b_dec.copy_(Xs.mean(0))
+        else:
+            sae = SAE(d_in, d_sae, self.seed, self.kind, init.cfg.k, self.dtype).to(self.device)
+            with torch.no_grad():
+                sae.load_state_dict(init.state_dict())
+                sae.b_enc.div_(scale); sae.b_dec.div_(scale)             # into the scaled units
+        hist, n_res = _train(sae, Xs, self, np.random.SeedSequence(self.seed))
+        with torch.no_grad(): sae.b_enc.mul_(scale); sae.b_dec.mul_(scale)   # back to raw inputs
+        sae.requires_grad_(False).eval()
+        self.sae_, self.scale_, self.d_sae_, self.k_ = sae, scale, d_sae, k
+        self.n_features_in_, self.n_tokens_, self.n_resampled_ = d_in, self.steps * self.batch_size, n_res
+        self.history_ = hist
+        return self
+
+    def _check_fitted(self):
+        if not hasattr(self, "sae_"):
+            raise ValueError(f"this {type(self).__name__} is not fitted yet: call fit first")
+
+    def encode(self, X) -> Tensor:
+        """The latents of X [..., d_in] → Tensor [..., d_sae], in the SAE's dtype (no gradient).
+
+        Raises
+        ------
+        ValueError
+            If not fitted, or X's last dimension is not d_in.
+        """
+        self._check_fitted()
+        X = torch.as_tensor(X).to(self.sae_.device, self.sae_.dtype)
+        if X.shape[-1] != self.n_features_in_:
+            raise ValueError(f"the SAE reads d_in={self.n_features_in_}, got input of shape {tuple(X.shape)}")
+        with torch.no_grad(): return self.sae_.encode(X)
+
+    def decode(self, F) -> Tensor:
+        "The reconstruction of latents F [..., d_sae] → Tensor [..., d_in]."
+        self._check_fitted()
+        F = torch.as_tensor(F).to(self.sae_.device, self.sae_.dtype)
+        if F.shape[-1] != self.d_sae_:
+            raise ValueError(f"the SAE has d_sae={self.d_sae_} latents, got input of shape {tuple(F.shape)}")
+        with torch.no_grad(): return self.sae_.decode(F)
+
+    def __repr__(self):
+        keys = ["kind", "d_sae" if self.d_sae else "expansion_factor"]
+        keys += ["k"] if self.kind == "topk" else ["l1_coefficient"]
+        keys += ["steps", "seed"]
+        fitted = f", d_sae_={self.d_sae_}" if hasattr(self, "d_sae_") else ""
+        return f"SparseAutoencoder({', '.join(f'{k}={getattr(self, k)!r}' for k in keys)}{fitted})"
+
+
+def _train(sae: SAE, Xs: Tensor, p: SparseAutoencoder, ss) -> tuple[dict, int]:
+    "The training loop of `SparseAutoencoder.fit` on the scaled inputs Xs [n, d_in]; returns (history, resampled)."
+    g = torch.Generator().manual_seed(int(ss.generate_state(1)[0]))
+    opt = torch.optim.Adam(sae.parameters(), lr=p.lr)
+    d_in, d_sae = sae.cfg.d_in, sae.cfg.d_sae
+    k_aux = p.aux_k or max(1, d_in // 2)
+    last_fired = torch.zeros(d_sae, dtype=torch.long, device=Xs.device)   # step each latent last fired
+    H = {key: np.zeros(p.steps) for key in ("loss", "mse", "aux", "l0", "dead_fraction", "decoder_norm_error")}
+    n_res = 0
+    for step in tqdm(range(p.steps), disable=not p.progress, desc=f"SAE ({p.kind})"):
+        xb = Xs[torch.randint(0, len(Xs), (p.batch_size,), generator=g).to(Xs.device)]   # [batch, d_in]
+        pre = sae.pre_acts(xb)                                           # [batch, d_sae]
+        f = sae.activation(pre)
+        err = sae.decode(f) - xb                                         # [batch, d_in]
+        var = (xb - xb.mean(0)).pow(2).sum().clamp_min(1e-12)
+        mse = err.pow(2).sum() / var                                     # this batch's FVU
+        last_fired[(f > 0).any(0)] = step + 1
+        dead = (step + 1 - last_fired) > p.dead_window                   # [d_sae]
+        if p.kind == "relu":
+            aux = torch.zeros((), device=Xs.device)
+            loss = err.pow(2).sum(-1).mean() + p.l1_coefficient * f.sum(-1).mean()
+        else:
+            aux = auxk_loss(pre, -err.detach(), sae.W_dec, dead, k_aux, var)
+            loss = mse + p.aux_coefficient * aux
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        with torch.no_grad():                                            # no gradient along the unit rows
+            W, G = sae.W_dec, sae.W_dec.grad
+            G -= (G * W).sum(1, keepdim=True) * W
+        opt.step()
+        with torch.no_grad():
+            sae.W_dec /= sae.W_dec.norm(dim=1, keepdim=True)
+            if (p.kind == "relu" and p.resample_every and (step + 1) % p.resample_every == 0
+                    and step + 1 <= p.steps // 2):
+                r = _resample(sae, opt, Xs, dead, g)
+                n_res += r
+                last_fired[dead] = step + 1
+        H["loss"][step], H["mse"][step], H["aux"][step] = loss.item(), mse.item(), aux.item()
+        H["l0"][step] = (f > 0).sum(-1).float().mean().item()
+        H["dead_fraction"][step] = dead.float().mean().item()
+        H["decoder_norm_error"][step] = (sae.W_dec.detach().norm(dim=1) - 1).abs().max().item()
+    return H, n_res
+
+
+def _resample(sae: SAE, opt: torch.optim.Adam, Xs: Tensor, dead: Tensor, g: torch.Generator,
+              n_sample: int = 4096) -> int:
+    "Bricken et al.'s resampling of the dead latents from badly reconstructed inputs; returns how many."
+    idx = dead.nonzero().flatten()                                      # [n_dead]
+    if len(idx) == 0: return 0
+    with torch.no_grad():
+        x = Xs[torch.randint(0, len(Xs), (min(n_sample, len(Xs)),), generator=g)]   # [n, d_in]
+        err = (sae(x)[0] - x).pow(2).sum(-1)                             # [n] squared error
+        p = err.pow(2)                                                   # P(pick) ∝ loss²
+        p = p if p.sum() > 0 else torch.ones_like(p)
+        v = x[torch.multinomial(p.cpu(), len(idx), replacement=True, generator=g)] - sae.b_dec   # [n_dead, d_in]
+        v = v / v.norm(dim=1, keepdim=True).clamp_min(1e-12)
+        alive = ~dead
+        enc_norm = sae.W_enc[:, alive].norm(dim=0).mean() if alive.any() else torch.tensor(1.0)
+        sae.W_dec[idx] = v
+        sae.W_enc[:, idx] = v.T * 0.2 * enc_norm
+        sae.b_enc[idx] = 0.0
+        for p_, sl in ((sae.W_dec, (idx,)), (sae.W_enc, (slice(None), idx)), (sae.b_enc, (idx,))):
+            for s in opt.state.get(p_, {}).values():                    # a fresh Adam state for them
+                if isinstance(s, Tensor) and s.shape == p_.shape: s[sl] = 0.0
+    return len(idx)
+
+# %% ../nbs/33_sae.ipynb #55b81a26
+def _as_sae(sae):
+    "(the module with encode/decode, d_in, dtype, device) of our SAE, a fitted SparseAutoencoder or a sae-lens SAE."
+    if isinstance(sae, SparseAutoencoder):
+        sae._check_fitted(); sae = sae.sae_
+    if not (callable(getattr(sae, "encode", None)) and callable(getattr(sae, "decode", None))):
+        raise ValueError(f"sae must have encode and decode methods (an SAE), got {type(sae).__name__}")
+    cfg = getattr(sae, "cfg", None)
+    d_in = getattr(cfg, "d_in", None) or (sae.W_enc.shape[0] if hasattr(sae, "W_enc") else None)
+    W = getattr(sae, "W_enc", None)
+    dtype = getattr(sae, "dtype", None) or (W.dtype if W is not None else torch.float32)
+    dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    device = getattr(sae, "device", None) or (W.device if W is not None else "cpu")
+    return sae, d_in, dtype, device
+
+
+def _check_width(d_in, D: int, what: str):
+    if d_in is not None and int(d_in) != D:
+        raise ValueError(f"the SAE reads d_in={int(d_in)}, but {what} has width {D}: an SAE of another "
+                         f"model or layer?")
+
+
+def sae_metrics(sae, X, batch_size: int = 4096) -> dict[str, float]:
+    """The standard SAE metrics on X [n, d_in]: FVU, explained variance, L0 and dead fraction.
+
+    fvu = Σ‖x − x̂‖² / Σ‖x − x̄‖²; explained_variance = 1 − fvu; l0 = mean number of latents > 0
+    per input; dead_fraction = share of latents that fire on no input of X.
+
+    Parameters
+    ----------
+    sae : `SAE`, fitted `SparseAutoencoder` or sae-lens `SAE` (anything with encode/decode)
+    X : Tensor or array [n, d_in]
+    batch_size : int
+
+    Returns
+    -------
+    dict with keys fvu, explained_variance, l0, dead_fraction
+
+    Raises
+    ------
+    ValueError
+        If X is not finite and 2-D, or its width is not the SAE's d_in.
+    """
+    mod, d_in, dtype, device = _as_sae(sae)
+    X = as_acts(X, "X", min_samples=2, float64=False)
+    _check_width(d_in, X.shape[1], "X")
+    mean = X.double().mean(0)
+    sse = sst = l0 = 0.0
+    fired = None
+    with torch.no_grad():
+        for s in range(0, len(X), batch_size):
+            xb = X[s:s + batch_size].to(device, dtype)                   # [b, d_in]
+            f = mod.encode(xb)                                           # [b, d_sae]
+            xh = mod.decode(f)
+            sse += float((xb.double() - xh.double()).pow(2).sum())
+            sst += float((xb.double() - mean.to(device)).pow(2).sum())
+            l0 += float((f > 0).sum())
+            fi = (f > 0).any(0)
+            fired = fi if fired is None else fired | fi
+    fvu = sse / sst if sst > 0 else float("nan")
+    return {"fvu": fvu, "explained_variance": 1 - fvu, "l0": l0 / len(X),
+            "dead_fraction": float((~fired).float().mean())}
+
+# %% ../nbs/33_sae.ipynb #6a17a81e
 def train_sae(X, d_sae: int, l1: float = 0.1, steps: int = 500, lr: float = 1e-2,
               batch_size: int = 256, seed: int = 0, progress: bool = False) -> SAE:
-    "Train a ReLU SAE with an L1 penalty on X [n, d_in] for `steps` Adam steps; deterministic for a seed."
-    X = torch.as_tensor(np.asarray(X), dtype=torch.float32)
-    if X.ndim != 2: raise ValueError(f"X must be [n, d_in], got shape {tuple(X.shape)}")
-    if not torch.isfinite(X).all(): raise ValueError("X contains NaN or Inf")
-    if d_sae < 1 or steps < 1: raise ValueError(f"d_sae and steps must be ≥ 1, got {d_sae}, {steps}")
-    scale = float((X - X.mean(0)).pow(2).sum(1).mean().sqrt()) or 1.0
-    Xs = X / scale                                                    # [n, d_in], RMS norm 1
-    sae = SAE(X.shape[1], d_sae, seed)
-    with torch.no_grad(): sae.b_dec.copy_(Xs.mean(0))
-    opt = torch.optim.Adam(sae.parameters(), lr=lr)
-    g = torch.Generator().manual_seed(seed)
-    for _ in tqdm(range(steps), disable=not progress, desc="SAE"):
-        xb = Xs[torch.randint(0, len(Xs), (batch_size,), generator=g)]    # [batch, d_in]
-        xh, f = sae(xb)
-        loss = (xh - xb).pow(2).sum(1).mean() + l1 * f.abs().sum(1).mean()
-        opt.zero_grad(); loss.backward(); opt.step()
-        with torch.no_grad(): sae.W_dec /= sae.W_dec.norm(dim=1, keepdim=True)
-    with torch.no_grad():                                             # act on raw x: x/scale in, x out
-        sae.W_dec.mul_(scale); sae.b_dec.mul_(scale); sae.W_enc.div_(scale)
-    return sae.eval()
+    """Train a ReLU + L1 SAE on X [n, d_in] (`SparseAutoencoder(kind="relu")`); returns its `SAE`.
 
+    Parameters
+    ----------
+    X : Tensor or array [n, d_in]
+    d_sae : int
+    l1, steps, lr, batch_size, seed, progress
+        As `SparseAutoencoder`'s l1_coefficient, steps, lr, batch_size, seed, progress.
 
-def sae_metrics(sae: SAE, X) -> dict[str, float]:
-    "Fraction of variance explained and mean L0 (latents firing per input) of `sae` on X [n, d_in]."
-    X = torch.as_tensor(np.asarray(X), dtype=torch.float32)
-    with torch.no_grad():
-        xh, f = sae(X)
-    ev = 1 - (X - xh).pow(2).sum() / (X - X.mean(0)).pow(2).sum()
-    return {"explained_variance": float(ev), "l0": float((f > 0).float().sum(1).mean())}
+    Returns
+    -------
+    `SAE` on the raw inputs.
+
+    Raises
+    ------
+    ValueError
+        As `SparseAutoencoder.fit`.
+    """
+    return SparseAutoencoder("relu", d_sae=d_sae, l1_coefficient=l1, steps=steps, lr=lr,
+                             batch_size=batch_size, seed=seed, progress=progress).fit(X).sae_
+
+# %% ../nbs/33_sae.ipynb #f9026640
+def ce_loss_recovered(model: nn.Module, hook: str, sae, tokens: Tensor, batch_size: int = 64) -> float:
+    """The share of the next-token loss that the SAE's reconstruction recovers when spliced in at `hook`.
+
+    (CE_zero − CE_spliced) / (CE_zero − CE_clean): 1 for a perfect reconstruction, 0 for one no
+    better than zeroing the activation.
+
+    Parameters
+    ----------
+    model : nn.Module mapping tokens [batch, pos] to logits [batch, pos, d_vocab]
+        A TransformerLens `HookedTransformer`, or any module (then `hook` is a module name).
+    hook : str
+        TransformerLens's hook name, e.g. "blocks.0.hook_resid_post".
+    sae : `SAE`, fitted `SparseAutoencoder` or sae-lens `SAE`
+    tokens : int Tensor [batch, pos], pos ≥ 2
+    batch_size : int
+
+    Returns
+    -------
+    float
+
+    Raises
+    ------
+    ValueError
+        If tokens are not integer [batch, pos ≥ 2], the hook is unknown, the SAE's d_in is not the
+        hook's width, the spliced loss is not finite, or zero-ablation does not change the loss.
+    """
+    mod, d_in, dtype, device = _as_sae(sae)
+    if not isinstance(tokens, Tensor) or tokens.ndim != 2 or tokens.shape[1] < 2 or tokens.is_floating_point():
+        raise ValueError(f"tokens must be an integer Tensor [batch, pos ≥ 2], got "
+                         f"{tuple(tokens.shape) if isinstance(tokens, Tensor) else type(tokens).__name__}")
+
+    def splice(act):                                                     # [batch, pos, d_model]
+        _check_width(d_in, act.shape[-1], f"{hook!r}")
+        return mod.decode(mod.encode(act.to(device, dtype))).to(act.device, act.dtype)
+
+    def ce(fn=None):
+        total, n = 0.0, 0
+        for s in range(0, len(tokens), batch_size):
+            tb = tokens[s:s + batch_size]
+            with torch.no_grad():
+                if fn is None: logits = model(tb)
+                else:
+                    with replace_activation(model, hook, fn): logits = model(tb)
+            lp = logits[:, :-1].double().log_softmax(-1)                  # [b, pos-1, d_vocab]
+            total -= float(lp.gather(-1, tb[:, 1:, None].to(lp.device)).sum()); n += tb[:, 1:].numel()
+        return total / n
+
+    clean, spliced, zero = ce(), ce(splice), ce(torch.zeros_like)
+    if not np.isfinite(spliced): raise ValueError(f"the spliced loss is {spliced}: the SAE's output is not finite")
+    if abs(zero - clean) < 1e-12:
+        raise ValueError(f"zero-ablating {hook!r} does not change the loss ({clean:.6g}): nothing to recover")
+    return (zero - spliced) / (zero - clean)
