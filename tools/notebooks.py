@@ -168,7 +168,7 @@ def chapters_in_toc(toc: Path) -> list[str]:
     "The chapter notebooks (under nbs/chapters/) that a table of contents names, by results name."
     import yaml
     data = yaml.safe_load(toc.read_text(encoding="utf-8"))
-    files = [c["file"] for part in data.get("parts", []) for c in part.get("chapters", [])]
+    files = [c["file"] for part in data.get("parts") or [] for c in part.get("chapters") or []]
     return [Path(f).name for f in files if "chapters/" in f]
 
 
