@@ -1,5 +1,7 @@
 """ablate, beyond the notebook's own checks (nbs/11_ablate.ipynb, run by nbval): scores of a lower-is-better
 metric, positions and hook-name errors in a TransformerLens model, baselines on three classes."""
+import math
+
 import pytest
 import torch
 
@@ -49,3 +51,46 @@ def test_baselines_are_orthonormal_cores():
         pca_core(acts, 7)
     with pytest.raises(ValueError):
         class_means_core(acts, labels[:-1])
+
+
+def _three_class_sweep_inputs():
+    g = torch.Generator().manual_seed(0)
+    acts = torch.randn(600, 6, generator=g, dtype=torch.float64)
+    labels = torch.arange(600) % 3
+    acts[:, :2] += torch.tensor([[0., 0.], [3., 0.], [0., 3.]], dtype=torch.float64)[labels]
+    intact, chance = 1.0, 0.0
+    def evaluate(core, mode):                  # a fake metric: the share of the class plane the core spans
+        plane = core.basis[:2].pow(2).sum().item() / 2
+        return plane if mode == "keep" else 1 - plane
+    return acts, labels, evaluate, intact, chance
+
+
+@pytest.mark.parametrize("search", ["sweep", "bisect"])
+def test_core_dims_skips_k_beyond_a_baselines_span(search):
+    from coreinv.ablate import class_means_core, core_dims
+    acts, labels, evaluate, intact, chance = _three_class_sweep_inputs()
+    r = core_dims(evaluate, lambda k: class_means_core(acts, labels, k), [1, 2, 3, 4], intact, chance,
+                  search=search, progress=False)
+    assert set(r.skipped) == {3, 4} and "span only 2 dimensions" in r.skipped[3]
+    assert r.k_sufficient == 2 and r.k_necessary == 2
+    assert math.isnan(r.keep[2]) and math.isnan(r.sufficiency[3]) and r.ks == [1, 2, 3, 4]
+    assert "| 3 | skipped: k=3 but the vectors span only 2 dimensions" in r.table()
+    with pytest.raises(ValueError, match=r"^core_dims: no k in \[3, 4\] gives a core"):
+        core_dims(evaluate, lambda k: class_means_core(acts, labels, k), [3, 4], intact, chance, progress=False)
+
+
+def test_core_dims_probe_baseline_skips_too():
+    from coreinv.ablate import core_dims, probe_core
+    acts, labels, evaluate, intact, chance = _three_class_sweep_inputs()
+    r = core_dims(evaluate, lambda k: probe_core(acts, acts[:, 0], k), [1, 2], intact, chance, progress=False)
+    assert set(r.skipped) == {2} and r.k_sufficient is None
+
+
+def test_core_dims_progress_bar(capsys):
+    from coreinv.ablate import core_dims, pca_core
+    acts, labels, evaluate, intact, chance = _three_class_sweep_inputs()
+    core_dims(evaluate, lambda k: pca_core(acts, k), [1, 2, 3], intact, chance)
+    err = capsys.readouterr().err
+    assert "core_dims: 100%" in err and "6/6" in err
+    core_dims(evaluate, lambda k: pca_core(acts, k), [1, 2, 3], intact, chance, progress=False)
+    assert capsys.readouterr().err == ""

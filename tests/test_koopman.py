@@ -116,3 +116,82 @@ def test_bad_input_raises_clear_value_errors():
         EDMDc(solver="svd").fit(X, U, Y)
     with pytest.raises(ValueError, match="2-D"):
         EDMDc().fit(X[None], U, Y)
+
+
+# --- issue 11: no silent wrong answers, clear errors, dtype policy, reprs, progress -------------
+
+@pytest.mark.parametrize("M, D, Du", [(1, 4, 2), (10, 64, 0), (10, 64, 1)])
+def test_underdetermined_fit_is_refused(M, D, Du):
+    rng = np.random.default_rng(0)
+    X, Y = rng.standard_normal((M, D)), rng.standard_normal((M, D))
+    U = rng.standard_normal((M, Du)) if Du else None
+    with pytest.raises(ValueError, match=rf"^EDMDc.fit: {M} samples cannot determine a {D}-dim operator.*need ≥ {D + Du}"):
+        EDMDc().fit(X, U, Y)
+    assert EDMDc(ridge=1e-3).fit(X, U, Y).A_.shape == (D, D)            # a ridge determines it
+    n = D + Du
+    X, Y = rng.standard_normal((n, D)), rng.standard_normal((n, D))
+    U = rng.standard_normal((n, Du)) if Du else None
+    assert EDMDc().fit(X, U, Y).A_.shape == (D, D)                      # exactly determined: fits
+
+
+def test_underdetermined_median_of_means_block_is_refused():
+    A, B, X, U, Y = linear_control_system(40)
+    with pytest.raises(ValueError, match="in a median-of-means block.*need ≥ 6"):
+        EDMDc(mom_blocks=10).fit(X, U, Y)                               # blocks of 4 < 4 + 2
+
+
+def test_streaming_waits_until_determined():
+    A, B, X, U, Y = linear_control_system(500)
+    m = EDMDc().partial_fit(X[:3], U[:3], Y[:3])
+    assert not hasattr(m, "A_") and m.n_samples_seen_ == 3
+    with pytest.raises(ValueError, match="^this EDMDc is not fitted yet: its 3 samples.*need ≥ 6"):
+        m.predict(X, U)
+    for s in range(3, 500, 50): m.partial_fit(X[s:s + 50], U[s:s + 50], Y[s:s + 50])
+    assert np.abs(m.A_ - A).max() < 1e-10
+
+
+def test_spectral_distance_of_unfitted_says_not_fitted():
+    A, B, X, U, Y = linear_control_system(100)
+    with pytest.raises(ValueError, match="^spectral_distance: a is an EDMDc that is not fitted"):
+        spectral_distance(EDMDc(), EDMDc())
+    with pytest.raises(ValueError, match="^spectral_distance: b is an EDMDc that is not fitted"):
+        spectral_distance(EDMDc().fit(X, U, Y), EDMDc())
+
+
+def test_float32_inputs_give_float64_numpy():
+    import torch
+    A, B, X, U, Y = linear_control_system(500)
+    m64 = EDMDc(IdentityDictionary()).fit(X, U, Y)
+    for cast in (lambda a: a.astype(np.float32), lambda a: torch.as_tensor(a, dtype=torch.float32)):
+        X32, U32, Y32 = cast(X), cast(U), cast(Y)
+        m = EDMDc(IdentityDictionary()).fit(X32, U32, Y32)
+        for name in ("A_", "B_", "C_"):
+            assert type(getattr(m, name)) is np.ndarray and getattr(m, name).dtype == np.float64
+        assert m.eigvals_.dtype == np.complex128 and m.modes_.dtype == np.complex128
+        for out in (m.predict(X32, U32), m.lift(X32), m.intervene(X32, [0])):
+            assert type(out) is np.ndarray and out.dtype == np.float64
+        assert np.abs(m.A_ - m64.A_).max() < 1e-5                        # float32 rounding only
+        assert X32.dtype in (np.float32, torch.float32)                 # the caller's arrays untouched
+
+
+def test_reprs_are_short_and_readable():
+    from coreinv.koopman import invariance_residual
+    assert repr(EDMDc()) == "EDMDc()"
+    assert repr(EDMDc(rank=3, ridge=0.1)) == "EDMDc(rank=3, ridge=0.1)"
+    A, B, X, U, Y = linear_control_system(500)
+    r = repr(EDMDc().fit(X, U, Y))
+    assert r.startswith("EDMDc()  # fitted: r=4, D=4, D_u=2, M=500, |λ|max=0.9") and "\n" not in r
+    res = invariance_residual(RandomFourierDictionary(300), X, U, Y + 0.3 * np.tanh(X))
+    r = repr(res)
+    assert r.startswith("InvarianceResidual(overall=") and "n_features=301" in r and "constant=1" in r
+    assert len(r) < 150 and "\n" not in r
+
+
+def test_progress_bar_on_chunked_fits_only(capsys):
+    A, B, X, U, Y = linear_control_system(500)
+    EDMDc(chunk=100).fit(X, U, Y)
+    err = capsys.readouterr().err
+    assert "EDMDc: 100%" in err and "5/5" in err
+    EDMDc(chunk=100, progress=False).fit(X, U, Y)
+    EDMDc().fit(X, U, Y)                                                # one chunk: no bar
+    assert capsys.readouterr().err == ""

@@ -73,3 +73,35 @@ def test_mlp_map_is_the_mlp_sublayer_and_pipeline_runs():
     assert fit.A_.shape == (25, 25) and fit.C_.shape == (16, 25) and np.isfinite(fit.eigvals_).all()
     r = invariance_residual(RandomFourierDictionary(24), X, U, Y)
     assert 0 < r.overall and r.per_feature.shape == (25,)
+
+
+@pytest.mark.parametrize("bad, match", [
+    ("hello", "^collect_triples: tokens are text but the model has no tokenizer"),
+    ([[1.5, 2.0]], "^collect_triples: tokens are torch.float64, not ids"),
+    (torch.tensor([[1.0, 2.0]]), "^collect_triples: tokens are torch.float32, not ids"),
+    (torch.tensor([[1, 2, 30]]), "^collect_triples: token ids run from 1 to 30, outside the vocabulary 0..29"),
+    (torch.tensor([[-1, 2]]), "^collect_triples: token ids run from -1 to 2"),
+    (torch.zeros(1, 13, dtype=torch.long), "^collect_triples: sequences have 13 positions, more than the model's n_ctx=12"),
+    ({"a": 1}, "^collect_triples: tokens must be token ids"),
+    (torch.zeros(2, 2, 2, dtype=torch.long), "^collect_triples: tokens must be an integer tensor"),
+])
+def test_bad_tokens_name_the_cause(bad, match):
+    with pytest.raises(ValueError, match=match):
+        collect_triples(model(), bad)
+
+
+def test_text_goes_through_to_tokens(tmp_path):
+    import warnings
+    from coreinv.models import load_local, tiny_local_model
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tiny_local_model("gpt2", tmp_path, n_layers=2, d_model=16, n_heads=2, n_ctx=16)
+        m = load_local(tmp_path, route="hooked")
+    text = collect_triples(m, "hello there")
+    ids = collect_triples(m, m.to_tokens("hello there"))
+    assert text.X.shape[1] == m.to_tokens("hello there").shape[1] and np.array_equal(text.Y, ids.Y)
+    two = collect_triples(m, ["hello", "hello"])
+    assert two.X.shape[1] == 2 * m.to_tokens("hello").shape[1]
+    with pytest.raises(ValueError, match="^collect_triples: the texts tokenize to different lengths"):
+        collect_triples(m, ["hello", "hello there"])
+    assert max(check_update(m, "hello there").values()) < 1e-4

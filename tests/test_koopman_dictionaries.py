@@ -149,3 +149,23 @@ def test_spectral_dictionary_keeps_the_fit_signature():
     b = SpectralDictionary(4, base=base, rank=4, ridge=0.0).fit(X, Y)      # no controls
     assert a.n_features_ == b.n_features_ == 5 and not hasattr(base, "n_features_")
     assert not any(k.startswith("_dyn") for k in vars(a))
+
+
+def test_random_fourier_on_one_sample_is_refused_at_fit():
+    import warnings
+    X = np.ones((1, 3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                                  # no numpy "empty slice" warning first
+        with pytest.raises(ValueError, match="^RandomFourierDictionary.fit: 1 sample has no pairwise distance"):
+            RandomFourierDictionary(8).fit(X)
+    assert RandomFourierDictionary(8, bandwidth=1.0).fit(X).transform(X).shape == (1, 9)   # a given σ is fine
+
+
+def test_dictionary_docstrings_are_numpydoc():
+    from coreinv.dictionaries import (Dictionary, IdentityDictionary, PCADictionary,
+                                      RandomProjectionDictionary, SpectralDictionary)
+    for cls in (PCADictionary, RandomProjectionDictionary, RandomFourierDictionary, SpectralDictionary,
+                IdentityDictionary):
+        assert "Parameters\n    ----------" in cls.__doc__, cls
+    for f in (Dictionary.fit, Dictionary.transform):
+        assert "Returns\n        -------" in f.__doc__ and "Raises\n        ------" in f.__doc__

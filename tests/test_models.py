@@ -171,7 +171,8 @@ def test_calibration_and_edmdc_match_across_routes(models, arch):
     x = torch.randn(3, 5, 32, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         assert torch.allclose(mlp_map(bridge, 1)(x), mlp_map(hooked, 1)(x), atol=1e-6)
-    fits = [EDMDc(dictionary=PCADictionary(8)).fit(*d.pooled()) for d in data]
+    full = [collect_triples(m, TOKENS) for m in (bridge, hooked)]            # 144 samples ≥ 9 + 32 unknowns
+    fits = [EDMDc(dictionary=PCADictionary(8)).fit(*d.pooled()) for d in full]
     ev = [np.sort_complex(f.eigvals_) for f in fits]
     assert np.allclose(ev[0], ev[1], atol=1e-4), (ev[0], ev[1])
 
