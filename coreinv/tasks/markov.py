@@ -18,9 +18,9 @@ from ..identify import fit_operator, lagged_pairs, match_spectra, operator_spect
 from ..train import TrainLog, make_transformer, train
 
 # %% auto #0
-__all__ = ['HOOK', 'markov_chain', 'stationary_distribution', 'nontrivial_eigenvalues', 'sample_chain', 'bayes_next',
-           'entropy_rate', 'unigram_kl', 'kl_to_bayes', 'next_token_loss', 'accuracy', 'markov_metrics', 'train_markov',
-           'answer_logprobs', 'MarkovCoreReport', 'markov_core_report']
+__all__ = ['CHAINS', 'HOOK', 'markov_chain', 'stationary_distribution', 'nontrivial_eigenvalues', 'sample_chain', 'bayes_next',
+           'entropy_rate', 'unigram_kl', 'kl_to_bayes', 'next_token_loss', 'accuracy', 'rank_k_kl', 'markov_metrics',
+           'train_markov', 'answer_logprobs', 'MarkovCoreReport', 'markov_core_report']
 
 # %% ../../nbs/21_tasks_markov.ipynb #756a2ca2
 def _real_block(nontrivial: np.ndarray) -> np.ndarray:
@@ -82,6 +82,12 @@ def nontrivial_eigenvalues(T: np.ndarray) -> np.ndarray:
     w = np.delete(w, np.argmin(np.abs(w - 1)))
     return w[np.lexsort((np.angle(w), -np.abs(w)))]
 
+
+# The chapter's chains: name -> (non-trivial eigenvalues, stationary distribution or None for uniform).
+# Chosen with every |λ| ≥ 0.3 so that each of the 3 core directions carries information (`rank_k_kl`).
+CHAINS = {"real": ([0.6, 0.4, -0.4], [0.4, 0.3, 0.2, 0.1]),
+          "complex": ([0.3 + 0.4j, 0.3 - 0.4j, -0.3], None)}
+
 # %% ../../nbs/21_tasks_markov.ipynb #a79d50e3
 def sample_chain(T: np.ndarray, batch: int, seq_len: int, gen: torch.Generator | None = None) -> Tensor:
     "Sequences from the chain, x₀ ~ π then x_{t+1} ~ T[x_t]: LongTensor [batch, seq_len]."
@@ -135,6 +141,45 @@ def next_token_loss(model: torch.nn.Module, tokens: Tensor) -> Tensor:
 def accuracy(logits: Tensor, tokens: Tensor) -> float:
     "Share of positions 0 … L−2 where the arg-max prediction is the next token."
     return float((logits[:, :-1].argmax(-1) == tokens[:, 1:]).double().mean())
+
+# %% ../../nbs/21_tasks_markov.ipynb #e0aba3bb
+def rank_k_kl(T: np.ndarray, k: int) -> tuple[float, float]:
+    """KL to Bayes of an ideal model whose centred log-probabilities keep (or lose) their top-k directions.
+
+    Parameters
+    ----------
+    T : ndarray [n, n]
+        The transition matrix (all entries > 0).
+    k : int
+        The number of directions, 0 ≤ k ≤ n − 1.
+
+    Returns
+    -------
+    (keep, remove) : tuple of float
+        Σᵢ πᵢ KL(T[i] ‖ softmax(m + P Cᵢ)) with P the projector on the top-k right singular vectors of
+        diag(√π) C, and the same with I − P (nats).
+
+    Raises
+    ------
+    ValueError
+        If k is outside 0 … n − 1 or T has a zero entry.
+    """
+    T = np.asarray(T, dtype=np.float64)
+    n = T.shape[0]
+    if not 0 <= k <= n - 1 or T.min() <= 0:
+        raise ValueError(f"need 0 ≤ k ≤ {n - 1} and T > 0, got k={k}, min T = {T.min():.3g}")
+    pi = stationary_distribution(T)                                 # [n]
+    L = np.log(T)
+    L = L - L.mean(1, keepdims=True)                                # [n, n] centred across tokens
+    m = pi @ L                                                      # [n]
+    C = L - m                                                       # [n, n]
+    V = np.linalg.svd(np.sqrt(pi)[:, None] * C)[2][:k].T            # [n, k]
+    P = V @ V.T
+
+    def kl(logits):
+        logq = logits - np.log(np.exp(logits).sum(1, keepdims=True))
+        return float((pi[:, None] * T * (np.log(T) - logq)).sum())
+    return kl(m + C @ P), kl(m + C @ (np.eye(n) - P))
 
 # %% ../../nbs/21_tasks_markov.ipynb #31d67711
 def markov_metrics(model: torch.nn.Module, T: np.ndarray, tokens: Tensor) -> dict[str, float]:

@@ -1,0 +1,86 @@
+"""Each chapter run at the `ci` preset, once, into a temporary copy: its results file holds every
+claim the chapter reports, each measured value is a finite number, and each `passed` is what the
+measured values and the preset's thresholds (the results file's `config`) give.
+
+nbval only checks that a chapter runs; this reads what it concluded. To add a chapter, add its
+claim rules to RULES: one function per claim id, (measured, config) -> bool, written independently
+of the chapter's own code. The chapter's outputs must also be free of tool warnings, machine paths
+and tracebacks (`helpers.forbidden_hit`)."""
+import json
+import math
+import os
+import shutil
+import sys
+
+import nbformat
+import pytest
+
+from helpers import REPO, forbidden_hit, run
+
+RULES = {
+    "markov": {
+        "markov.near_optimal": lambda m, S: m["max_kl"] <= S["thr_kl"],
+        "markov.core_dim": lambda m, S: (m["max_keep3_minus_intact"] <= S["thr_suff"]
+                                         and m["min_keep2_minus_intact"] > S["thr_suff"]
+                                         and m["min_random3_minus_intact"] > S["thr_suff"]),
+        "markov.necessary": lambda m, S: (m["min_remove3_over_chance"] >= S["thr_necessary"]
+                                          and m["max_remove1_over_chance"] < S["thr_necessary"]
+                                          and m["max_random3_over_chance"] < S["thr_necessary"]),
+        "markov.eig_error": lambda m, S: m["max_error"] <= S["thr_eig"],
+        "markov.cca": lambda m, S: m["mean"] >= S["thr_cca"],
+        "markov.overlap": lambda m, S: (
+            m["mean"] <= S["thr_overlap_factor"] * 3 / S["d_model"]
+            and m["control_same_model_min"] > S["thr_overlap_factor"] * 3 / S["d_model"]),
+        "markov.weights_cos": lambda m, S: abs(m["mean_matrices"]) <= 0.1,
+        "markov.merge": lambda m, S: m["worst_aligned"] < m["worst_naive"],
+        "markov.layernorm": lambda m, S: m["max_kl"] <= S["thr_kl"] and m["max_eig_error"] <= S["thr_eig"],
+    },
+}
+
+
+def _numbers(x):
+    "Every leaf of a measured value (None stands for a non-finite float in a results file)."
+    if isinstance(x, dict):
+        return [v for item in x.values() for v in _numbers(item)]
+    if isinstance(x, list):
+        return [v for item in x for v in _numbers(item)]
+    return [x]
+
+
+@pytest.fixture(scope="module", params=sorted(RULES))
+def chapter_run(request, tmp_path_factory):
+    "(chapter, its ci results, the executed notebook): the chapter executed once at `ci` in a temp copy."
+    chapter = request.param
+    tmp = tmp_path_factory.mktemp(chapter)
+    nb_path = tmp / f"{chapter}.ipynb"
+    shutil.copy(REPO / "nbs" / "chapters" / f"{chapter}.ipynb", nb_path)
+    env = {"COREINV_PRESET": "ci", "COREINV_RESULTS_DIR": str(tmp / "results"),  # this checkout's coreinv
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    r = run([sys.executable, str(REPO / "tools" / "notebooks.py"), "run", str(nb_path)], env=env, timeout=2400)
+    assert r.returncode == 0, r.stdout[-5000:]
+    res = json.loads((tmp / "results" / "ci" / f"{chapter}.json").read_text())
+    return chapter, res, nbformat.read(nb_path, as_version=4)
+
+
+def test_claims_present_finite_and_recomputed(chapter_run):
+    chapter, res, _ = chapter_run
+    rules = RULES[chapter]
+    assert res["preset"] == "ci" and res["chapter"] == chapter
+    got = [c["id"] for c in res["claims"]]
+    assert sorted(got) == sorted(rules), f"claims {got}, expected {sorted(rules)}"
+    for c in res["claims"]:
+        for v in _numbers(c["measured"]):
+            assert isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v), \
+                f"{c['id']}: measured {c['measured']} holds {v!r}"
+        want = rules[c["id"]](c["measured"], res["config"])
+        assert c["passed"] == want, f"{c['id']}: reported passed={c['passed']}, recomputed {want}"
+        assert not (c["required"] and not c["passed"]), f"required claim {c['id']} failed at ci"
+
+
+def test_outputs_are_clean(chapter_run):
+    _, _, nb = chapter_run
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            text = out.get("text", "") + str(out.get("data", {}).get("text/plain", ""))
+            hit = forbidden_hit(text)
+            assert hit is None, f"cell {cell.get('id')}: {hit!r} in its output"
