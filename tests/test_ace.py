@@ -5,6 +5,9 @@ import pytest
 import torch
 from torch import nn
 
+import inspect
+
+import coreinv.ace
 from coreinv.ace import ACE, record_activation, replace_activation
 
 F64 = torch.float64
@@ -92,7 +95,7 @@ def test_gramian_fit_hook_matches_brute_force(tl_model):
     Ht, Js = _brute_force_jacobians(model, tokens, hook, t)
     C = sum(torch.einsum("d,oe->ode", h, J) for h, J in zip(Ht, Js)) / len(Js)   # [3, D, D]
     S = torch.linalg.svdvals(C.permute(1, 0, 2).reshape(Ht.shape[1], -1))
-    assert torch.allclose(ace.singular_values_, S[:ace.rank_], rtol=1e-3, atol=1e-6 * S[0])
+    assert torch.allclose(ace.singular_values_.double(), S[:ace.rank_], rtol=1e-3, atol=1e-6 * S[0])
 
 
 def test_fit_hook_all_positions_and_attention_hook(tl_model):
@@ -108,3 +111,42 @@ def test_fit_hook_refuses_active_dropout():
     drop = nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.1), nn.Linear(8, 3))
     with pytest.raises(ValueError, match="eval"):
         ACE().fit_hook(drop, xs, "0", lambda out, x: out)
+
+
+# ---- discoverable API and progress -------------------------------------------------------------
+
+def _public_callables():
+    for name in coreinv.ace.__all__:
+        obj = getattr(coreinv.ace, name)
+        yield name, obj
+        if inspect.isclass(obj):
+            for m, f in vars(obj).items():
+                if not m.startswith("_") and callable(f) and m not in ("get_params", "set_params") or \
+                        m in ("fit", "fit_hook", "partial_fit", "finalize", "core", "transform"):
+                    yield f"{name}.{m}", getattr(obj, m)
+
+
+def test_module_docstring():
+    assert coreinv.ace.__doc__ and "Algorithmic Core Extraction" in coreinv.ace.__doc__
+
+
+@pytest.mark.parametrize("name,obj", list(_public_callables()), ids=lambda v: v if isinstance(v, str) else "")
+def test_numpydoc_docstrings(name, obj):
+    doc = inspect.getdoc(obj) or ""
+    assert "Parameters\n----------" in doc or not [p for p in inspect.signature(obj).parameters
+                                                  if p not in ("self", "cls")], f"{name}: no Parameters"
+    assert "Returns\n-------" in doc or name in ("Core", "ACE", "Estimator"), f"{name}: no Returns"
+
+
+def test_help_shows_fit_hook_cost_and_progress():
+    doc = inspect.getdoc(ACE.fit_hook)
+    for words in ("Raises", "progress", "one JVP pass per position", "hook_pattern", "metric(logits)"):
+        assert words in doc, words
+
+
+def test_fit_hook_progress_bar(tl_model, capsys):
+    model, tokens = tl_model
+    ACE(batch_size=6).fit_hook(model, tokens, "blocks.0.hook_resid_post", _readout, pos=-1)
+    assert "ACE.fit_hook" in capsys.readouterr().err
+    ACE(batch_size=6).fit_hook(model, tokens, "blocks.0.hook_resid_post", _readout, pos=-1, progress=False)
+    assert capsys.readouterr().err == ""

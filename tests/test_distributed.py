@@ -49,7 +49,7 @@ def _fits(shard):
     rff = RandomFourierDictionary(20, bandwidth=2.0, seed=1)
     jvp = ACE(batch_size=64).fit(acts[s], f)
     gram = ACE("gramian", batch_size=64).fit(acts[s], f)
-    hook = ACE(batch_size=8).fit_hook(mlp, [xs[t][i:i + 8] for i in range(0, len(xs[t]), 8)], "1",
+    hook = ACE(batch_size=8, float64=True).fit_hook(mlp, [xs[t][i:i + 8] for i in range(0, len(xs[t]), 8)], "1",
                                        lambda out, x: out)
     edmd = EDMDc(rff).fit(X[m], U[m], Y[m])
     stream, (Xm, Um, Ym) = EDMDc(rff), (X[m], U[m], Y[m])
