@@ -27,6 +27,7 @@ _EXPORTS = {
     "koopman": ["EDMDc", "spectral_distance", "split_half_curve", "SplitHalfCurve", "invariance_residual",
                 "InvarianceResidual", "henrici", "eigvec_condition", "leading_modes", "mode_pca_angles"],
     "models": ["load_local"],
+    "sae": ["SparseAutoencoder", "SAE", "sae_metrics", "ce_loss_recovered"],
 }
 _WHERE = {name: mod for mod, names in _EXPORTS.items() for name in names}     # name → module
 
@@ -44,6 +45,7 @@ if TYPE_CHECKING:                                 # for IDEs and type checkers; 
                           split_half_curve)
     from .merge import core_aligned_rotation, fold_layernorm, interpolate, rotate_residual
     from .models import load_local
+    from .sae import SAE, SparseAutoencoder, ce_loss_recovered, sae_metrics
 
 
 def __getattr__(name: str):

@@ -29,6 +29,11 @@ def test_import_coreinv_is_cheap_and_exposes_the_main_names():
               "    ablate=ablate is sys.modules['coreinv.ablate'].ablate, tl='transformer_lens' in sys.modules)))")
     assert out["heavy"] == [] and out["ace"] and out["edmdc"] and out["ablate"]
     assert not out["tl"]                                  # none of these names needs TransformerLens
+    sae = _py("import sys, json\nfrom coreinv import SparseAutoencoder, SAE, sae_metrics, ce_loss_recovered\n"
+              "import coreinv.sae as s\n"
+              "print(json.dumps(all(getattr(s, n) is v for n, v in dict(SparseAutoencoder=SparseAutoencoder,\n"
+              "    SAE=SAE, sae_metrics=sae_metrics, ce_loss_recovered=ce_loss_recovered).items())))")
+    assert sae is True
     settings = (REPO / "settings.ini").read_text()
     assert f"version = {out['version']}\n" in settings
 
@@ -64,9 +69,11 @@ def test_type_checking_imports_list_the_same_names():
     assert static == {(m, n) for m, names in coreinv._EXPORTS.items() for n in names}
 
 
-# -- numpydoc docstrings (issue 11): the modules of this part; ace and sae are another part's ----------
-MODULES = ["ablate", "identify", "compare", "calibration", "dictionaries", "koopman"]
-NOT_YET = {"SAEDictionary"}                               # rewritten with the SAEs
+# -- numpydoc docstrings (issue 11): the modules of this part -------------------------------------------
+MODULES = ["ablate", "identify", "compare", "calibration", "dictionaries", "koopman",
+           "merge", "train", "tasks.modular", "tasks.agreement", "plots", "results", "models",
+           "distributed", "sae"]
+NOT_YET: set[str] = set()
 
 
 def _public(modname):
