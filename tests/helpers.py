@@ -54,7 +54,7 @@ parts:
 
 
 # What must never reach a page: tool warnings as Python prints them (`file.py:12: XWarning`),
-# machine paths, tracebacks. A page that shows a warning on purpose prints its message.
+# machine paths, tracebacks, in what cells print. A page that shows a warning on purpose prints its message.
 FORBIDDEN = [r"IProgress", r"\.py:\d+: \w*Warning\b", r"Traceback \(most recent call last\)",
              r"site-packages", r"/\.venv/", r"(?<![\w.])/(?:root|home|tmp|work|usr)/"]
 
@@ -66,6 +66,11 @@ def forbidden_hit(text: str, extra=()) -> str | None:
         if hit:
             return f"{pattern!r} shows: …{text[max(0, hit.start() - 200):hit.end() + 200]}…"
     return None
+
+
+def outputs_text(soup) -> str:
+    "The text of every cell output on a page (what the code printed or displayed, not the code)."
+    return "\n".join(o.get_text("\n") for o in soup.select("div.cell_output"))
 
 
 def copy_repo(dest: Path) -> Path:

@@ -8,7 +8,7 @@ import pytest
 from bs4 import BeautifulSoup
 
 from coreinv.results import load_results
-from helpers import REPO, forbidden_hit, toc_files
+from helpers import REPO, forbidden_hit, outputs_text, toc_files
 
 
 def _soup(book_html, page):
@@ -33,7 +33,7 @@ def test_page_is_clean(book_html, page):
     assert not re.search(r"^\s*#\|", text, re.M), f"{page}: an nbdev directive line shows"
     assert "Traceback (most recent call last)" not in text, f"{page}: a traceback shows"
     assert "from nbdev.showdoc import show_doc" not in text, f"{page}: a #| hide cell shows"
-    hit = forbidden_hit(text, extra=[re.escape(str(REPO))])
+    hit = forbidden_hit(outputs_text(main), extra=[re.escape(str(REPO))])
     assert hit is None, f"{page}: {hit}"
 
 

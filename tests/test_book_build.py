@@ -16,7 +16,7 @@ import subprocess
 import pytest
 from bs4 import BeautifulSoup
 
-from helpers import BIN, BUILT_CHAPTER as CHAPTER, BUILT_PAGES as PAGES, REPO, build_copy, forbidden_hit, run
+from helpers import BIN, BUILT_CHAPTER as CHAPTER, BUILT_PAGES as PAGES, REPO, build_copy, forbidden_hit, outputs_text, run
 
 def _results(src):
     return json.loads((src / "_build" / "results" / "ci" / "markov.json").read_text())
@@ -42,7 +42,7 @@ def test_build_ends_with_the_claims_and_the_index(built):
 def test_page_has_no_tool_noise_or_machine_paths(built, page):
     src, _ = built
     main = _page(src, page).find("main")
-    hit = forbidden_hit(main.get_text("\n"), extra=[re.escape(str(src)), re.escape(str(REPO))])
+    hit = forbidden_hit(outputs_text(main), extra=[re.escape(str(src)), re.escape(str(REPO))])
     assert hit is None, f"{page}: {hit}"
 
 
