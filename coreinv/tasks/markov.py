@@ -263,7 +263,7 @@ def markov_core_report(model: torch.nn.Module, T: np.ndarray, ace_tokens: Tensor
         If ACE finds fewer than `k` directions.
     """
     kl = lambda logits, tokens: kl_to_bayes(logits, tokens, T)
-    ace = ACE(method="jvp").fit_hook(model, ace_tokens, hook, answer_logprobs)
+    ace = ACE(method="jvp").fit_hook(model, ace_tokens, hook, answer_logprobs, progress=False)
     if ace.rank_ < k:
         raise ValueError(f"ACE found only {ace.rank_} directions at {hook}, fewer than k={k}")
     acts = record_activation(model, hook, ace_tokens)[0]                      # [batch, pos, D]
@@ -273,14 +273,15 @@ def markov_core_report(model: torch.nn.Module, T: np.ndarray, ace_tokens: Tensor
     cores = dict(ace=(ace, [j for j in ks if j <= ace.rank_]),
                  pca=(lambda j: pca_core(flat, j), list(ks)),
                  random=(lambda j: random_core(flat.shape[1], j, ace.mean_, seed=seed + j), list(ks)))
-    sweep = {name: core_dims(evaluate, get, js, intact, chance) for name, (get, js) in cores.items()}
+    sweep = {name: core_dims(evaluate, get, js, intact, chance, progress=False)  # one bar: the caller's
+             for name, (get, js) in cores.items()}
     core = ace.core(k)
     Z = core.coords(record_activation(model, hook, op_tokens)[0].double())    # [batch, pos, k]
     eig = operator_spectrum(fit_operator(*lagged_pairs(Z)))
     out = MarkovCoreReport(markov_metrics(model, T, eval_tokens), intact, chance, ace.singular_values_.numpy(),
                            sweep, core, eig, match_spectra(eig, nontrivial_eigenvalues(T))[0])
     if gramian:
-        gram = ACE(method="gramian").fit_hook(model, ace_tokens, hook, answer_logprobs)
+        gram = ACE(method="gramian").fit_hook(model, ace_tokens, hook, answer_logprobs, progress=False)
         out.sv_gramian = gram.singular_values_.numpy()
         out.overlap_gramian = projector_overlap(gram.core(k), core)
     return out

@@ -491,7 +491,8 @@ def core_at(model, data: ModularData, hook: str, level_suff: float = 0.95, level
     model.eval()
     dev = next(model.parameters()).device
     toks = data.tokens.to(dev)                                         # [p*p, 3]
-    ace = ACE(method="jvp").fit_hook(model, toks, hook, readout=_answer_logprobs(data.p), pos=-1)
+    ace = ACE(method="jvp").fit_hook(model, toks, hook, readout=_answer_logprobs(data.p), pos=-1,
+                                      progress=False)  # one bar: the caller's
     acts = record_activation(model, hook, toks)[0][:, -1].cpu()      # [p*p, d_model]
     evaluate = hook_evaluator(model, hook, data.tokens[data.test].to(dev), answer_accuracy(data.p), pos=-1)
     intact = evaluate(None)
@@ -500,7 +501,8 @@ def core_at(model, data: ModularData, hook: str, level_suff: float = 0.95, level
     for name, cores, rank in (("ace", ace.core, ace.rank_), ("pca", lambda k: pca_core(acts, k), acts.shape[1])):
         top = rank if k_max is None else min(rank, k_max)
         dims[name] = core_dims(evaluate, cores, range(1, top + 1), intact, 1 / data.p, level_suff * intact,
-                               level_nec, thresholds="raw", higher_is_better=True, search="bisect")
+                               level_nec, thresholds="raw", higher_is_better=True, search="bisect",
+                               progress=False)
     return LayerCore(hook, intact, dims["ace"], dims["pca"], ace.singular_values_.numpy(), pca_sv.numpy(),
                      ace, acts)
 
