@@ -45,7 +45,7 @@ def _library_pages():
         for cell in nb["cells"]:
             m = re.search(r"#\|\s*default_exp\s+(\S+)", "".join(cell["source"]))
             if m:
-                yield page, "coreinv." + m.group(1)
+                yield page, "coreinv" if m.group(1) == "__init__" else "coreinv." + m.group(1)
 
 
 @pytest.mark.parametrize("page, module", list(_library_pages()))
