@@ -22,32 +22,27 @@ def _results(src):
     return json.loads((src / "_build" / "results" / "ci" / "markov.json").read_text())
 
 
-@pytest.fixture(scope="module")
-def built(built_book):
-    return built_book
-
-
 def _page(src, page):
     return BeautifulSoup((src / "_build" / "html" / f"{page}.html").read_text(encoding="utf-8"), "html.parser")
 
 
-def test_build_ends_with_the_claims_and_the_index(built):
-    src, out = built
+def test_build_ends_with_the_claims_and_the_index(built_book):
+    src, out = built_book
     tail = out[out.rindex("book (ci preset"):]
     assert re.search(r"markov\s+\d+ of \d+ claims hold", tail), tail
     assert f"book: {src / '_build' / 'html' / 'index.html'}" in tail
 
 
 @pytest.mark.parametrize("page", PAGES)
-def test_page_has_no_tool_noise_or_machine_paths(built, page):
-    src, _ = built
+def test_page_has_no_tool_noise_or_machine_paths(built_book, page):
+    src, _ = built_book
     main = _page(src, page).find("main")
     hit = forbidden_hit(outputs_text(main), extra=[re.escape(str(src)), re.escape(str(REPO))])
     assert hit is None, f"{page}: {hit}"
 
 
-def test_chapter_figures_are_drawn(built):
-    src, _ = built
+def test_chapter_figures_are_drawn(built_book):
+    src, _ = built_book
     nb = json.loads((src / f"{CHAPTER}.ipynb").read_text())
     n_show = sum("plt.show()" in "".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
     imgs = _page(src, CHAPTER).find("main").find_all("img")
@@ -56,8 +51,8 @@ def test_chapter_figures_are_drawn(built):
         assert (src / "_build" / "html" / CHAPTER).parent.joinpath(img["src"]).resolve().is_file(), img["src"]
 
 
-def test_progress_bars_show_their_final_state_only(built):
-    src, _ = built
+def test_progress_bars_show_their_final_state_only(built_book):
+    src, _ = built_book
     text = _page(src, CHAPTER).find("main").get_text("\n")
     # a tqdm line: "desc: 40%|████| 4/10 [00:01<00:02, ...]" or, without a total, "desc: 7it [00:00, ...]"
     bars = re.findall(r"^\s*([^\n:|]{1,40}):\s.*\[\d+:\d\d[<,]", text, re.M)
@@ -66,21 +61,21 @@ def test_progress_bars_show_their_final_state_only(built):
 
 
 @pytest.mark.parametrize("page", PAGES)
-def test_math_loads_from_the_book_itself(built, page):
-    src, _ = built
+def test_math_loads_from_the_book_itself(built_book, page):
+    src, _ = built_book
     for script in _page(src, page).find_all("script", src=True):
         assert not (re.match(r"(https?:)?//", script["src"]) and "mathjax" in script["src"].lower()), script
     assert (src / "_build" / "html" / "_static" / "mathjax" / "tex-chtml.js").is_file()
 
 
-def test_scorecard_shows_the_code_that_wrote_the_results(built):
-    src, _ = built
+def test_scorecard_shows_the_code_that_wrote_the_results(built_book):
+    src, _ = built_book
     key = _results(src)["provenance"]["key"]
     assert key in _page(src, "scorecard").find("main").get_text(" ")
 
 
-def test_a_library_change_re_executes_the_chapter(built):
-    src, _ = built
+def test_a_library_change_re_executes_the_chapter(built_book):
+    src, _ = built_book
     before = _results(src)
     again = build_copy(src)  # nothing changed: served from the cache, results untouched
     assert again.returncode == 0, again.stdout[-4000:]
