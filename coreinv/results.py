@@ -20,8 +20,9 @@ from typing import Any
 from .presets import device, preset_name
 
 # %% auto #0
-__all__ = ['RESULTS_ENV', 'CHAPTERS', 'results_root', 'paper_values', 'Claim', 'check', 'assert_required', 'provenance',
-           'write_results', 'load_results', 'scorecard_rows', 'results_for', 'chapter_summaries']
+__all__ = ['RESULTS_ENV', 'CHAPTERS', 'results_root', 'paper_values', 'Claim', 'check', 'assert_required', 'notebook_hash',
+           'chapter_notebook', 'provenance', 'write_results', 'load_results', 'scorecard_rows', 'results_for',
+           'chapter_summaries', 'stale_results']
 
 # %% ../nbs/01_results.ipynb #0533ddd3
 RESULTS_ENV = "COREINV_RESULTS_DIR"
@@ -198,22 +199,76 @@ def _installed(name: str) -> str:
     except metadata.PackageNotFoundError: return "missing"
 
 
-def provenance() -> dict[str, str]:
+def notebook_hash(path: str | Path) -> str:
+    """A hash of a notebook's code: the sources of its code cells, in order.
+
+    Outputs, execution counts, metadata and markdown cells do not enter it, so publishing a build's
+    outputs into the notebook, or editing its prose, keeps the hash. (The book's notebook cache also
+    keys a notebook on its code cells only: a prose edit does not re-execute a chapter, so it must not
+    make the chapter's results stale either.)
+
+    Parameters
+    ----------
+    path : str or Path
+        An `.ipynb` file.
+
+    Returns
+    -------
+    str
+        12 hex digits.
+    """
+    with open(path, encoding="utf-8") as f:
+        cells = json.load(f)["cells"]
+    return _sha("".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+                for c in cells if c["cell_type"] == "code")
+
+
+def chapter_notebook(chapter: str, source: Path | None = None) -> Path | None:
+    """The notebook of `chapter`, `nbs/chapters/<chapter>.ipynb` in `source` (default: the source checkout).
+
+    Parameters
+    ----------
+    chapter : str
+        The chapter's results name.
+    source : Path, optional
+        A checkout of the repository (default: the one `coreinv` runs from).
+
+    Returns
+    -------
+    Path or None
+        The file, or None when there is no checkout or no such notebook.
+    """
+    source = source if source is not None else _checkout()
+    if source is None: return None
+    path = Path(source) / "nbs" / "chapters" / f"{chapter}.ipynb"
+    return path if path.is_file() else None
+
+
+def provenance(chapter: str | None = None) -> dict[str, str]:
     """The code behind a result: hashes of the `coreinv` source, of the pinned packages, and of both.
+
+    Parameters
+    ----------
+    chapter : str, optional
+        A chapter's name: also hash its notebook's code (`notebook_hash` of `chapter_notebook`).
 
     Returns
     -------
     dict with `library` (the `.py` files of the imported `coreinv` package, by path and content),
     `environment` (Python's version and the installed version of every package that
     `requirements.txt` pins, or that `coreinv` requires when it runs outside its checkout) and
-    `key` (both): 12 hex digits each. Packages installed beside the pins do not change it.
+    `key` (both): 12 hex digits each. Packages installed beside the pins do not change it. With
+    `chapter`, and when the checkout holds its notebook, also `notebook`: its `notebook_hash`.
     """
     import coreinv
     pkg = Path(coreinv.__file__).resolve().parent
     files = sorted(f for f in pkg.rglob("*.py") if "__pycache__" not in f.parts)
     library = _sha(x for f in files for x in (f.relative_to(pkg).as_posix(), f.read_bytes()))
     environment = _sha([platform.python_version(), *(f"{n}=={_installed(n)}" for n in _pinned_names())])
-    return {"library": library, "environment": environment, "key": _sha([library, environment])}
+    out = {"library": library, "environment": environment, "key": _sha([library, environment])}
+    nb = chapter_notebook(chapter) if chapter is not None else None
+    if nb is not None: out["notebook"] = notebook_hash(nb)
+    return out
 
 # %% ../nbs/01_results.ipynb #28ed61ff
 _VERSIONED = ("torch", "numpy", "scipy", "transformer-lens", "coreinv")
@@ -241,14 +296,14 @@ def _versions() -> dict[str, str]:
 def write_results(chapter: str, claims: list[Claim], *, config: dict, seeds: list[int],
                   metrics: dict | None = None, wall_time_s: float, preset: str | None = None,
                   root: Path | None = None) -> Path:
-    """Write `<root>/<preset>/<chapter>.json` with the claims list, its context and `provenance()`; return the path.
+    """Write `<root>/<preset>/<chapter>.json` with the claims list, its context and `provenance(chapter)`; return the path.
 
     The file is written atomically (a temporary file, then a rename); non-finite floats become null.
 
     Parameters
     ----------
     chapter : str
-        The chapter's name (the file's stem).
+        The chapter's name (the file's stem); its notebook is `nbs/chapters/<chapter>.ipynb`.
     claims : list of Claim
     config : dict
         The chapter's sizes and settings.
@@ -276,7 +331,7 @@ def write_results(chapter: str, claims: list[Claim], *, config: dict, seeds: lis
     path = Path(root or results_root()) / preset / f"{chapter}.json"
     doc = {"chapter": chapter, "preset": preset, "claims": [asdict(c) for c in claims],
            "config": config, "seeds": list(seeds), "metrics": metrics or {},
-           "versions": _versions(), "provenance": provenance(), "device": str(device()),
+           "versions": _versions(), "provenance": provenance(chapter), "device": str(device()),
            "wall_time_s": round(float(wall_time_s), 1),
            "written": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -377,4 +432,51 @@ def chapter_summaries(preset: str, root: Path | None = None) -> list[dict[str, A
                     "failed_required": [c["id"] for c in claims if c["required"] and not c["passed"]],
                     "code_key": res.get("provenance", {}).get("key"), "written": res.get("written"),
                     "wall_time_s": float(res.get("wall_time_s") or 0.0)})
+    return out
+
+
+def stale_results(preset: str, root: Path | None = None, *, chapters: list[str] | None = None,
+                  source: Path | None = None, environment: bool = False) -> list[tuple[str, str]]:
+    """The chapters whose results at `preset` did not come from the current code, each with the reason.
+
+    A result is current when its `provenance` names the library that is imported now and the code of
+    its chapter notebook as it is in `source`. This is the one staleness rule: the book build refuses
+    stale results with it, and the test suite fails with it on stale committed `results/book/`.
+
+    Parameters
+    ----------
+    preset : str
+    root : Path, optional
+        Where the results are (default `results_root()`).
+    chapters : list of str, optional
+        The chapters that must have results (a missing one is stale); default: those found.
+    source : Path, optional
+        The checkout whose `nbs/chapters/` holds the notebooks (default: the one `coreinv` runs from).
+    environment : bool
+        Also require the current environment (pinned package versions), i.e. the whole `key`.
+
+    Returns
+    -------
+    list of (chapter, reason)
+        Empty when every result is current.
+    """
+    found = load_results(preset, root)
+    now = provenance()
+    out = []
+    for chapter in (chapters if chapters is not None else list(found)):
+        res = found.get(chapter)
+        if res is None:
+            out.append((chapter, "no results: the chapter did not run to its end")); continue
+        prov = res.get("provenance") or {}
+        nb = chapter_notebook(chapter, source)
+        if prov.get("library") != now["library"]:
+            out.append((chapter, f"written by library {prov.get('library')}, the current library is {now['library']}"))
+        elif environment and prov.get("key") != now["key"]:
+            out.append((chapter, f"written by code {prov.get('key')} (library and environment), the current "
+                                 f"code is {now['key']}"))
+        elif nb is None:
+            out.append((chapter, f"no chapter notebook nbs/chapters/{chapter}.ipynb to compare with"))
+        elif prov.get("notebook") != notebook_hash(nb):
+            out.append((chapter, f"written by notebook code {prov.get('notebook')}, the current "
+                                 f"{nb.name} is {notebook_hash(nb)}"))
     return out

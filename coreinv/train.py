@@ -5,6 +5,8 @@
 # %% ../nbs/20_train.ipynb #dbf8e202
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import os
 import warnings
@@ -21,7 +23,7 @@ from tqdm import tqdm
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 # %% auto #0
-__all__ = ['CHECKPOINT_NAME', 'make_transformer', 'TrainLog', 'train']
+__all__ = ['CHECKPOINT_NAME', 'make_transformer', 'TrainLog', 'checkpoint_key', 'train']
 
 # %% ../nbs/20_train.ipynb #38bbe8e7
 def make_transformer(n_layers: int, d_model: int, n_heads: int, d_vocab: int, n_ctx: int,
@@ -136,6 +138,70 @@ def _save_atomic(obj: Any, path: Path) -> None:
     os.replace(tmp, path)
 
 
+def _digest(h, x: Any) -> None:
+    "Feed `x` (tensors, arrays, containers, plain values) into the hash `h`, tensors by dtype, shape and bytes."
+    if isinstance(x, Tensor):
+        t = x.detach().cpu().contiguous()
+        h.update(f"T{t.dtype}{tuple(t.shape)}".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    elif isinstance(x, np.ndarray):
+        h.update(f"A{x.dtype}{x.shape}".encode()); h.update(np.ascontiguousarray(x).tobytes())
+    elif isinstance(x, dict):
+        h.update(b"{")
+        for k in sorted(x, key=str): _digest(h, str(k)); _digest(h, x[k])
+        h.update(b"}")
+    elif isinstance(x, (list, tuple)):
+        h.update(b"[")
+        for v in x: _digest(h, v)
+        h.update(b"]")
+    else:
+        h.update(repr(x).encode())
+    h.update(b"\0")
+
+
+def _model_config(model: torch.nn.Module) -> dict:
+    "The architecture: the module's class, a TransformerLens `cfg`'s plain fields, and each parameter's shape."
+    cfg = getattr(model, "cfg", None)
+    fields = {k: (v if isinstance(v, (int, float, str, bool, type(None), list, tuple)) else str(v))
+              for k, v in sorted(vars(cfg).items()) if k != "device"} if cfg is not None else {}
+    return {"class": f"{type(model).__module__}.{type(model).__qualname__}", "cfg": fields,
+            "params": {n: list(p.shape) for n, p in model.named_parameters()}}
+
+
+def checkpoint_key(model: torch.nn.Module, batch_fn: Callable[[torch.Generator], Any], hparams: dict,
+                   config: dict | None = None) -> str:
+    """The cache key of a training run: everything that decides its weights, and the library's version.
+
+    `train` keeps a run's checkpoint under `checkpoint_dir/<key>/`, so a checkpoint is resumed only by a
+    run with the same key, and a stale one (other code, data, architecture or settings) is never reused.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model before training: its architecture (`_model_config`: class, TransformerLens `cfg`,
+        parameter shapes) and its initial weights and buffers (which carry the initialisation seed).
+    batch_fn : callable
+        Called once with a CPU generator seeded with `hparams["seed"]`: the first batch stands for the
+        data (the train split, its fraction, the data seed). It must not consume other randomness.
+    hparams : dict
+        The optimiser and schedule settings, and the seed.
+    config : dict, optional
+        Anything else the caller knows affects the weights (e.g. a data configuration).
+
+    Returns
+    -------
+    str
+        16 hex digits.
+    """
+    from coreinv.results import provenance
+    h = hashlib.sha256()
+    for part in (provenance()["library"], _model_config(model), model.state_dict(),
+                 batch_fn(torch.Generator().manual_seed(int(hparams.get("seed", 0)))),
+                 json.loads(json.dumps(hparams, default=str)), json.loads(json.dumps(config or {}, default=str))):
+        _digest(h, part)
+    return h.hexdigest()[:16]
+
+
 @contextmanager
 def _cpu_threads(model: torch.nn.Module, threads: int | None):
     "Run the enclosed steps on `threads` CPU threads when `model` is on the CPU; restore the count after."
@@ -154,8 +220,8 @@ def train(model: torch.nn.Module, batch_fn: Callable[[torch.Generator], Any],
           callback: Callable[[int, torch.nn.Module, dict | None], bool] | None = None,
           log_every: int = 50, checkpoint_dir: str | Path | None = None,
           checkpoint_every: int | None = None, threads: int | None = 1, progress: bool = True,
-          desc: str = "train") -> TrainLog:
-    """Train `model` in place for `steps` AdamW updates; resumes from `checkpoint_dir` if it holds a checkpoint.
+          desc: str = "train", config: dict | None = None) -> TrainLog:
+    """Train `model` in place for `steps` AdamW updates; resumes from `checkpoint_dir` if it holds this run's checkpoint.
 
     Parameters
     ----------
@@ -178,11 +244,14 @@ def train(model: torch.nn.Module, batch_fn: Callable[[torch.Generator], Any],
     log_every : int
         A row every `log_every` updates, and at step 0 and the last step.
     checkpoint_dir, checkpoint_every
-        Where and how often to write the resumable checkpoint (also at the last step).
+        Where and how often to write the resumable checkpoint (also at the last step). The file is
+        `checkpoint_dir/<checkpoint_key>/checkpoint.pt`: only a run with the same key resumes from it.
     threads : int or None
         CPU threads during the run (None: leave PyTorch's setting); no effect on a GPU.
     progress, desc
         A tqdm progress bar and its label.
+    config : dict, optional
+        Further settings that affect the weights, for the checkpoint's key (`checkpoint_key`).
 
     Returns
     -------
@@ -193,7 +262,7 @@ def train(model: torch.nn.Module, batch_fn: Callable[[torch.Generator], Any],
     ------
     ValueError
         On a bad `steps`, `log_every`, `threads` or `schedule`, on `checkpoint_every` without
-        `checkpoint_dir`, or when the checkpoint was written with other hyperparameters.
+        `checkpoint_dir`.
     """
     if not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be a positive int, got {steps!r}")
@@ -209,14 +278,14 @@ def train(model: torch.nn.Module, batch_fn: Callable[[torch.Generator], Any],
                    schedule=schedule, pct_start=pct_start, grad_clip=grad_clip, seed=seed)
     gen = torch.Generator().manual_seed(seed)
     log, start = TrainLog(), 0
-    path = Path(checkpoint_dir) / CHECKPOINT_NAME if checkpoint_dir is not None else None
+    path = key = None
     with torch.random.fork_rng(devices=[]), _cpu_threads(model, threads):
+        if checkpoint_dir is not None:        # before seeding, so drawing the key's batch leaves the run alone
+            key = checkpoint_key(model, batch_fn, hparams, config)
+            path = Path(checkpoint_dir) / key / CHECKPOINT_NAME
         torch.manual_seed(seed)
         if path is not None and path.exists():
             ck = torch.load(path, weights_only=False, map_location="cpu")
-            if ck["hparams"] != hparams:
-                raise ValueError(f"{path} was written with {ck['hparams']}, but this call has {hparams}: "
-                                 f"use another checkpoint_dir or the same arguments")
             model.load_state_dict(ck["model"]); opt.load_state_dict(ck["optimizer"])
             sched.load_state_dict(ck["scheduler"]); gen.set_state(ck["gen"])
             torch.set_rng_state(ck["torch_rng"])
@@ -233,7 +302,7 @@ def train(model: torch.nn.Module, batch_fn: Callable[[torch.Generator], Any],
             return log.last
 
         def save(step: int) -> None:
-            _save_atomic(dict(step=step, hparams=hparams, model=model.state_dict(),
+            _save_atomic(dict(step=step, key=key, hparams=hparams, config=config, model=model.state_dict(),
                               optimizer=opt.state_dict(), scheduler=sched.state_dict(),
                               gen=gen.get_state(), torch_rng=torch.get_rng_state(), log=log.rows), path)
 

@@ -70,8 +70,8 @@ def test_type_checking_imports_list_the_same_names():
 
 
 # -- numpydoc docstrings (issue 11): the modules of this part -------------------------------------------
-MODULES = ["ablate", "identify", "compare", "calibration", "dictionaries", "koopman",
-           "merge", "train", "tasks.modular", "tasks.agreement", "plots", "results", "models",
+MODULES = ["presets", "results", "ace", "ablate", "identify", "compare", "calibration", "dictionaries",
+           "koopman", "merge", "train", "tasks.markov", "tasks.modular", "tasks.agreement", "plots", "models",
            "distributed", "sae"]
 NOT_YET: set[str] = set()
 
@@ -94,8 +94,10 @@ def test_module_and_public_docstrings_are_numpydoc(modname):
     missing = []
     for name, obj in _public(modname):
         doc = inspect.getdoc(obj) or ""
-        if inspect.isclass(obj):
-            ok = "\nParameters\n---" in doc or "\nAttributes\n---" in doc
+        if inspect.isclass(obj):                          # a base class without __init__ arguments
+            takes = [p for p in inspect.signature(obj.__init__).parameters if p != "self"] \
+                if obj.__init__ is not object.__init__ else []   # (`Estimator`) needs only its prose
+            ok = "\nParameters\n---" in doc or "\nAttributes\n---" in doc or (not takes and len(doc) > 40)
         else:
             params = [p for p in inspect.signature(obj).parameters if p != "self"]
             ok = ("\nReturns\n---" in doc or "\nYields\n---" in doc) and (not params or "\nParameters\n---" in doc)

@@ -1,5 +1,6 @@
 """Unit tests for coreinv.train beyond the notebook's own checks: initialisation scale, refusals, the log's
-step grid, the global RNG, finished runs, the steps the callback sees and where it stops, and threads.
+step grid, the global RNG, finished runs, the checkpoint cache's key, the steps the callback sees and
+where it stops, and threads.
 The weight-space maps (coreinv.merge) are tested in nbs/14_merge.ipynb."""
 import math
 
@@ -8,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from coreinv.train import make_transformer, train
+from coreinv.train import CHECKPOINT_NAME, checkpoint_key, make_transformer, train
 
 
 def copy_batch(gen):
@@ -69,10 +70,53 @@ def test_train_does_not_touch_global_rng():
 def test_finished_run_returns_at_once(tmp_path):
     m = small()
     train(m, copy_batch, copy_loss, checkpoint_dir=tmp_path, **KW)
-    again = small()
-    train(again, lambda g: (_ for _ in ()).throw(AssertionError("no batch may be drawn")), copy_loss,
-          checkpoint_dir=tmp_path, **KW)
-    assert same(m, again)
+    again, drawn = small(), []
+    train(again, lambda g: drawn.append(1) or copy_batch(g), copy_loss, checkpoint_dir=tmp_path, **KW)
+    assert same(m, again) and len(drawn) == 1, "only the batch that keys the cache is drawn"
+
+
+# -- the checkpoint cache is keyed on the whole run (issue 12, "Stale checkpoints") ----------------------
+HP = dict(steps=30, lr=1e-2, betas=[0.9, 0.98], weight_decay=0.1, schedule="onecycle", pct_start=0.3,
+          grad_clip=None, seed=0)
+
+
+def _split(frac):
+    "A full-batch task whose train split is the first `frac` of a fixed data set (as train_frac does)."
+    data = torch.randint(0, 4, (100, 8), generator=torch.Generator().manual_seed(0))
+    return lambda g: data[: int(frac * len(data))]
+
+
+def test_checkpoint_key_changes_with_everything_that_decides_the_weights(monkeypatch):
+    import coreinv.results
+    base = checkpoint_key(small(), copy_batch, HP)
+    assert checkpoint_key(small(), copy_batch, dict(HP)) == base, "the same run, the same key"
+    assert checkpoint_key(small(), _split(0.3), HP) != checkpoint_key(small(), _split(0.5), HP), "train_frac"
+    assert checkpoint_key(make_transformer(2, 16, 2, 4, 8, seed=0), copy_batch, HP) != base, "n_layers"
+    assert checkpoint_key(make_transformer(1, 16, 2, 4, 8, seed=0, act_fn="gelu"), copy_batch, HP) != base
+    assert checkpoint_key(small(seed=1), copy_batch, HP) != base, "the initialisation seed"
+    assert checkpoint_key(small(), copy_batch, HP | dict(seed=1)) != base, "the batches' seed"
+    assert checkpoint_key(small(), copy_batch, HP | dict(lr=2e-2)) != base
+    assert checkpoint_key(small(), copy_batch, HP, dict(p=31)) != checkpoint_key(small(), copy_batch, HP, dict(p=37))
+    real = coreinv.results.provenance
+    monkeypatch.setattr(coreinv.results, "provenance", lambda *a: {**real(*a), "library": "0123456789ab"})
+    assert checkpoint_key(small(), copy_batch, HP) != base, "the library's version"
+
+
+def test_a_stale_checkpoint_is_never_reused(tmp_path, monkeypatch):
+    import coreinv.results
+    first = small()
+    train(first, _split(0.3), copy_loss, checkpoint_dir=tmp_path, **KW)
+    other = small()                                   # another train_frac: trained afresh, not loaded
+    train(other, _split(0.5), copy_loss, checkpoint_dir=tmp_path, **KW)
+    fresh = small()
+    train(fresh, _split(0.5), copy_loss, **KW)
+    assert same(other, fresh) and not same(other, first)
+    real = coreinv.results.provenance                 # a new library: the old checkpoints are not loaded
+    monkeypatch.setattr(coreinv.results, "provenance", lambda *a: {**real(*a), "library": "0123456789ab"})
+    drawn = []
+    train(small(), lambda g: drawn.append(1) or _split(0.3)(g), copy_loss, checkpoint_dir=tmp_path, **KW)
+    assert len(drawn) == 1 + KW["steps"], "a new library trains again"
+    assert len(list(tmp_path.glob(f"*/{CHECKPOINT_NAME}"))) == 3
 
 
 @pytest.mark.parametrize("bad", [dict(steps=0), dict(schedule="cosine"), dict(log_every=0),

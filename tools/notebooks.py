@@ -178,7 +178,7 @@ def build(preset: str = "book", results: Path | None = None, toc: Path | None = 
     `preset`; results go to `results` (default `_build/results`). Then print each chapter's
     claims and the index page. Returns 1 if a notebook failed to execute or a chapter of the
     table of contents has no results from the current code."""
-    from coreinv.results import chapter_summaries, provenance
+    from coreinv.results import chapter_summaries, provenance, stale_results
     out = Path(path_output or source)
     results = Path(results or out / "_build" / "results")
     toc = Path(toc or source / "_toc.yml")
@@ -194,13 +194,12 @@ def build(preset: str = "book", results: Path | None = None, toc: Path | None = 
     summaries = {s["chapter"]: s for s in chapter_summaries(preset, results)}
     print(f"\nbook ({preset} preset, code {key}), built in {time.time() - t0:.0f} s:")
     bad = code != 0 or bool(fresh)
-    for chapter in chapters_in_toc(toc):
+    chapters = chapters_in_toc(toc)
+    stale = dict(stale_results(preset, results, chapters=chapters, source=source, environment=True))
+    for chapter in chapters:
         s = summaries.get(chapter)
-        if s is None:
-            print(f"  {chapter:<10} no results: the chapter did not run to its end")
-            bad = True
-        elif s["code_key"] != key:
-            print(f"  {chapter:<10} results from other code ({s['code_key']}): the chapter was not re-run")
+        if chapter in stale:
+            print(f"  {chapter:<10} not current: {stale[chapter]}")
             bad = True
         else:
             failed_req = f"; REQUIRED FAILED: {', '.join(s['failed_required'])}" if s["failed_required"] else ""
