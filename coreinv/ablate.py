@@ -21,12 +21,18 @@ __all__ = ['MODES', 'ablate', 'sufficiency', 'necessity', 'CoreDims', 'core_dims
            'class_means_core', 'probe_core']
 
 # %% ../nbs/11_ablate.ipynb #dbeaeff0
-MODES = ("keep", "remove")
+MODES = ("keep", "remove", "flip")
+
+
+def _flip(core: Core, h: Tensor) -> Tensor:
+    "h̄ + (I − 2P)(h − h̄): reflect h through the core's complement (every core coordinate changes sign)."
+    U, m = core.basis.to(h.device, h.dtype), core.mean.to(h.device, h.dtype)
+    return h - 2 * ((h - m) @ U) @ U.T
 
 
 @contextmanager
 def ablate(model: nn.Module, hook: str, core: Core, mode: str = "keep", pos: int | None = None):
-    """Within the block, replace the activation at `hook` by `core.keep` or `core.remove` (at `pos`, or everywhere).
+    """Within the block, replace the activation at `hook` by `core.keep`, `core.remove` or the core's reflection (at `pos`, or everywhere).
 
     A context manager: `with ablate(model, hook, core, "remove"): logits = model(tokens)`.
     The activation is replaced by a new tensor; nothing the caller passed in is written into.
@@ -39,8 +45,9 @@ def ablate(model: nn.Module, hook: str, core: Core, mode: str = "keep", pos: int
         e.g. "blocks.1.hook_resid_post".
     core : Core
         From `ACE.core(k)` or a baseline.
-    mode : {"keep", "remove"}
-        Keep: project onto the core (mean + U Uᵀ(h − mean)); remove: project it out.
+    mode : {"keep", "remove", "flip"}
+        Keep: project onto the core (mean + U Uᵀ(h − mean)); remove: project it out; flip: reflect,
+        mean + (I − 2 U Uᵀ)(h − mean), so each core coordinate changes sign and the rest is kept.
     pos : int, optional
         One position (the others are left alone); None: every position.
 
@@ -58,7 +65,7 @@ def ablate(model: nn.Module, hook: str, core: Core, mode: str = "keep", pos: int
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if not isinstance(core, Core):
         raise ValueError(f"core must be a Core (ACE.core(k), or a baseline), got {type(core).__name__}")
-    op = getattr(core, mode)
+    op = (lambda h: _flip(core, h)) if mode == "flip" else getattr(core, mode)
 
     def fn(act: Tensor) -> Tensor:                          # [batch, D] or [batch, pos, ...]
         if act.ndim == 2:

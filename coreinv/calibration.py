@@ -25,11 +25,30 @@ class CalibrationData:
     X, U, Y : ndarray [n_layers, n_samples, d_model], float64
         resid_pre, attn_out and resid_post of each collected layer.
     layers : list of int
+
+    Raises
+    ------
+    ValueError
+        If the shapes disagree, or any value is NaN or infinite.
     """
     X: np.ndarray
     U: np.ndarray
     Y: np.ndarray
     layers: list[int]
+
+    def __post_init__(self):
+        shapes = {a.shape for a in (np.asarray(self.X), np.asarray(self.U), np.asarray(self.Y))}
+        if len(shapes) != 1 or len(next(iter(shapes))) != 3:
+            raise ValueError(f"X, U, Y must be arrays of one shape [n_layers, n_samples, d_model], got "
+                             f"{[np.shape(a) for a in (self.X, self.U, self.Y)]}")
+        if len(self.layers) != np.shape(self.X)[0]:
+            raise ValueError(f"{len(self.layers)} layers named for {np.shape(self.X)[0]} collected")
+        for name in ("X", "U", "Y"):
+            bad = ~np.isfinite(np.asarray(getattr(self, name)))
+            if bad.any():
+                l, i, _ = np.argwhere(bad)[0]
+                raise ValueError(f"calibration data {name} has {int(bad.sum())} non-finite values (NaN or inf), "
+                                 f"first at layer {self.layers[l]}, sample {i}: a diverged model or bad input")
 
     def pooled(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """All layers stacked, as one data set.

@@ -16,8 +16,9 @@ from .distributed import gather, world
 from .identify import match_spectra
 
 # %% auto #0
-__all__ = ['EDMDc', 'linear_control_system', 'spectral_distance', 'SplitHalfCurve', 'split_half_curve', 'henrici',
-           'eigvec_condition', 'leading_modes', 'mode_pca_angles', 'InvarianceResidual', 'invariance_residual']
+__all__ = ['EDMDc', 'linear_control_system', 'excess_kurtosis', 'spectral_distance', 'SplitHalfCurve', 'split_half_curve',
+           'henrici', 'eigvec_condition', 'NonNormality', 'nonnormality', 'leading_modes', 'mode_pca_angles',
+           'project_out', 'depth_effects', 'InvarianceResidual', 'invariance_residual']
 
 # %% ../nbs/32_koopman.ipynb #285b179a
 def _check_triples(X, U, Y):
@@ -490,6 +491,30 @@ def linear_control_system(n: int = 500, noise: float = 0.0, seed: int = 0, noise
     Y = X @ A.T + U @ B.T + noise * E               # [M, D]
     return A, B, X, U, Y
 
+# %% ../nbs/32_koopman.ipynb #4a71848e
+def excess_kurtosis(X) -> np.ndarray:
+    """Excess kurtosis E[(x − μ)⁴] / σ⁴ − 3 of each column (0 for a Gaussian; large for heavy tails).
+
+    Parameters
+    ----------
+    X : array or Tensor [M, D]
+
+    Returns
+    -------
+    ndarray [D], float64 (nan for a constant column)
+
+    Raises
+    ------
+    ValueError
+        If X is malformed or not finite.
+    """
+    X = as_acts(X, "X", vector=True).numpy()
+    Xc = X - X.mean(0)
+    m2, m4 = (Xc ** 2).mean(0), (Xc ** 4).mean(0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(m2 > 0, m4 / np.where(m2 > 0, m2, 1.0) ** 2 - 3.0, np.nan)
+
+
 # %% ../nbs/32_koopman.ipynb #5d0edc93
 def _spectrum(s, name: str) -> np.ndarray:
     if isinstance(s, EDMDc) and not hasattr(s, "eigvals_"):
@@ -633,6 +658,66 @@ def eigvec_condition(A) -> float:
     V = np.linalg.eig(A)[1]
     return float(np.linalg.cond(V / np.linalg.norm(V, axis=0)))
 
+# %% ../nbs/32_koopman.ipynb #042f3f84
+@dataclass
+class NonNormality:
+    """Henrici's departure and the eigenvector condition number of a fit, with bootstrap replicates.
+
+    Attributes
+    ----------
+    henrici, condition : float
+        Of the fit on all the data.
+    henrici_boot, condition_boot : ndarray [n_boot]
+        Of fits on bootstrap resamples of the triples.
+    noise : float
+        RMS deviation of the bootstrap replicates of Henrici's departure from the full fit's value
+        (their spread and their bias together): the departure that resampling alone produces.
+    """
+    henrici: float
+    condition: float
+    henrici_boot: np.ndarray
+    condition_boot: np.ndarray
+    noise: float
+
+    def __repr__(self):
+        return (f"NonNormality(henrici={self.henrici:.4g} ± {self.noise:.2g} (bootstrap RMS), "
+                f"condition={self.condition:.4g}, n_boot={self.henrici_boot.size})")
+
+
+def nonnormality(X, U, Y, make_estimator=EDMDc, n_boot: int = 20, seed: int = 0) -> NonNormality:
+    """How non-normal the realisation is, and how much of that is sampling noise (a bootstrap).
+
+    Parameters
+    ----------
+    X, Y : array or Tensor [M, D]
+    U : array or Tensor [M, D_u], or None
+    make_estimator : callable
+        Returns a fresh unfitted estimator with `A_` after fit(X, U, Y).
+    n_boot : int
+        Bootstrap resamples (rows drawn with replacement).
+    seed : int
+
+    Returns
+    -------
+    NonNormality
+
+    Raises
+    ------
+    ValueError
+        On malformed input, or n_boot < 2.
+    """
+    if not (isinstance(n_boot, int) and n_boot >= 2): raise ValueError(f"n_boot must be an int ≥ 2, got {n_boot!r}")
+    X, U, Y = _check_triples(X, U, Y)
+    full = make_estimator().fit(X, U, Y)
+    rng = np.random.default_rng(seed)
+    hb, cb = np.zeros(n_boot), np.zeros(n_boot)
+    for b in range(n_boot):
+        i = rng.integers(0, len(X), len(X))
+        m = make_estimator().fit(X[i], U[i], Y[i])
+        hb[b], cb[b] = henrici(m), eigvec_condition(m)
+    return NonNormality(henrici(full), eigvec_condition(full), hb, cb, float(np.sqrt(np.mean((hb - henrici(full)) ** 2))))
+
+
 # %% ../nbs/32_koopman.ipynb #d3b00332
 def leading_modes(model: EDMDc, k: int) -> np.ndarray:
     """Orthonormal basis of the real span of the k leading modes (by |λ|; a complex pair adds Re and Im).
@@ -684,6 +769,95 @@ def mode_pca_angles(model: EDMDc, X, k: int) -> np.ndarray:
     Xc = X - X.mean(0)
     pcs = np.linalg.svd(Xc, full_matrices=False)[2][:k].T       # [D, k]
     return np.sort(sla.subspace_angles(leading_modes(model, k), pcs))
+
+# %% ../nbs/32_koopman.ipynb #f5ea3a91
+def project_out(Q, mean=None):
+    """The edit h ↦ h̄ + (I − QQᵀ)(h − h̄): remove the span of Q's columns around the mean.
+
+    Parameters
+    ----------
+    Q : array [D, k]
+        Orthonormalised here (QR), so any full-rank basis will do.
+    mean : array [D], optional
+        h̄ (default 0).
+
+    Returns
+    -------
+    callable: ndarray [n, D] → ndarray [n, D]
+    """
+    Q = np.linalg.qr(np.asarray(Q, dtype=np.float64))[0]                  # [D, k]
+    mu = np.zeros(Q.shape[0]) if mean is None else np.asarray(mean, dtype=np.float64)
+    return lambda H: H - ((H - mu) @ Q) @ Q.T
+
+
+def depth_effects(model, tokens, layer: int, edit, readout, depths, read_pos=-1,
+                  batch_size: int = 64) -> dict[int, float]:
+    """Edit the residual stream entering block `layer`, and read a task signal d blocks later.
+
+    The signal at depth d is `readout[d]` (or `readout(H, d)`) applied to the residual stream entering
+    block `layer` + d (after the last block: its resid_post) at position `read_pos`. The effect is the
+    RMS change of the signal over its clean standard deviation: 0 for no effect, about √2 for a
+    signal made independent of the clean one.
+
+    Parameters
+    ----------
+    model : HookedTransformer
+    tokens : int Tensor [batch, pos]
+    layer : int
+        The edit replaces `blocks.{layer}.hook_resid_pre` at every position.
+    edit : callable
+        ndarray [n, D] → ndarray [n, D] (e.g. `project_out(Q, mean)`, or `EDMDc.intervene` with
+        modes, through the spectral projectors).
+    readout : dict int → callable, or callable
+        callable [n, D] → [n] per depth, or one callable (H, d) → [n].
+    depths : sequence of int
+        d ≥ 1 with layer + d ≤ n_layers.
+    read_pos : int
+        The position read.
+    batch_size : int
+
+    Returns
+    -------
+    dict d → effect (float)
+
+    Raises
+    ------
+    ValueError
+        If a depth is out of range, or the clean signal does not vary.
+    """
+    import torch
+    n = model.cfg.n_layers
+    depths = [int(d) for d in depths]
+    bad = [d for d in depths if not (d >= 1 and 0 <= layer and layer + d <= n)]
+    if bad: raise ValueError(f"depths {bad} out of range for layer {layer} of a {n}-layer model (1..{n - layer})")
+    name = lambda d: f"blocks.{layer + d}.hook_resid_pre" if layer + d < n else f"blocks.{n - 1}.hook_resid_post"
+    names = {name(d) for d in depths}
+    read = readout if callable(readout) else (lambda H, d: readout[d](H))
+
+    def edit_hook(act, hook):                                            # [batch, pos, D]
+        H = act.detach().double().cpu().numpy()
+        E = edit(H.reshape(-1, H.shape[-1])).reshape(H.shape)
+        return torch.as_tensor(E, dtype=act.dtype, device=act.device)
+
+    def run(hooks):
+        out = {d: [] for d in depths}
+        with torch.no_grad():
+            for s in range(0, len(tokens), batch_size):
+                cache = {}
+                def save(act, hook): cache[hook.name] = act[:, read_pos].double().cpu().numpy()
+                model.run_with_hooks(tokens[s:s + batch_size], fwd_hooks=hooks + [(nm, save) for nm in names])
+                for d in depths: out[d].append(np.asarray(read(cache[name(d)], d), dtype=np.float64))
+        return {d: np.concatenate(v) for d, v in out.items()}
+
+    clean = run([])
+    edited = run([(f"blocks.{layer}.hook_resid_pre", edit_hook)])
+    eff = {}
+    for d in depths:
+        sd = clean[d].std()
+        if not sd > 0: raise ValueError(f"the clean signal at depth {d} does not vary: nothing to measure")
+        eff[d] = float(np.sqrt(np.mean((edited[d] - clean[d]) ** 2)) / sd)
+    return eff
+
 
 # %% ../nbs/32_koopman.ipynb #36eba7f7
 @dataclass

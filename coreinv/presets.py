@@ -186,6 +186,33 @@ register("grokking",
                sweep_omegas=(0.3, 0.5, 1.0, 2.0, 3.0), sweep_ps=(53, 67, 83, 97, 113), sweep_seeds=(0, 1, 2),
                sweep_max_steps=30000, sweep_d_model=128, sweep_d_mlp=512))
 
+# %% ../nbs/00_presets.ipynb #272c64ac
+# SAE gap (paper B): a 4-layer word-level LM of the agreement language (coreinv.lm), SAEs of
+# widths 4x and 8x d_model, dictionaries at r in {16, 32, 64}. ci: a short LM and SAE run for the
+# tests (a few minutes); book: <= ~12 min on 2 quiet cores; paper: more seeds, steps and data.
+# Thresholds fixed before any run (from the issue's claims table); ci loosens only the model check.
+_sae_model = dict(n_layers=4, d_model=64, n_heads=4, n_ctx=48, layer=2, edit_layer=1,
+                  widths=(4, 8), topk_k=16, l1=0.1, sae_lr=3e-3, rs=(16, 32, 64), r_spectra=32,
+                  n_rff=256, n_rff_rate=64, k_rate=16, r_modes=16, k_modes=4, k_remove=4,
+                  mom_blocks=8, lambda_chosen=1.0, n_ce=32)
+_sae_thr = dict(thr_update=1e-4, thr_model=1.1, thr_gap=2.0, thr_rule=1.5, thr_share=0.8,
+                thr_spectra=2.0, thr_noise=3.0, thr_angle=0.3, thr_closed=0.5)
+register("sae_gap",
+         ci=_sae_model | dict(n_sentences=5000, lm_steps=300, lm_batch=32, n_held_sentences=2000,
+                              n_windows=48, n_seeds=2, sae_steps=600, Ms=(1000, 2000, 4000, 8000),
+                              n_splits=4, n_boot=8, n_random=3, lambdas=(0.0, 1.0))
+            | _sae_thr | dict(thr_model=1.5),
+         book=_sae_model | dict(n_sentences=20000, lm_steps=1000, lm_batch=32,
+                                n_held_sentences=4000, n_windows=128, n_seeds=3, sae_steps=1500,
+                                Ms=(1500, 3000, 6000, 12000, 24000), n_splits=8, n_boot=20,
+                                n_random=10, lambdas=(0.0, 0.3, 1.0, 3.0)) | _sae_thr,
+         paper=_sae_model | dict(n_sentences=50000, lm_steps=5000, lm_batch=64,
+                                 n_held_sentences=8000, n_windows=256, n_seeds=5, sae_steps=5000,
+                                 Ms=(2000, 4000, 8000, 16000, 32000, 48000), n_splits=10,
+                                 n_boot=50, n_random=20, lambdas=(0.0, 0.1, 0.3, 1.0, 3.0, 10.0))
+            | _sae_thr)
+
+
 # %% ../nbs/00_presets.ipynb #dfed8e71
 def device(override: str | None = None) -> torch.device:
     """The torch device to use: `override`, else `$COREINV_DEVICE`, else CUDA if available, else CPU.

@@ -15,7 +15,8 @@ from tqdm import tqdm
 from .ace import Estimator, as_acts, replace_activation
 
 # %% auto #0
-__all__ = ['SAEConfig', 'SAE', 'auxk_loss', 'SparseAutoencoder', 'sae_metrics', 'train_sae', 'ce_loss_recovered']
+__all__ = ['SAEConfig', 'SAE', 'auxk_loss', 'SparseAutoencoder', 'invariance_penalty', 'sae_metrics', 'train_sae',
+           'ce_loss_recovered', 'FeatureMatch', 'match_features']
 
 # %% ../nbs/33_sae.ipynb #477a987d
 @dataclass
@@ -181,6 +182,18 @@ class SparseAutoencoder(Estimator):
         weights (on CPU).
     dtype, device
         Of the SAE and of the training.
+    invariance : float
+        λ ≥ 0, the weight of the invariance penalty (beyond Bricken et al. and Gao et al.; paper B
+        proposes it): λ ‖f(y) − [A B c][f(x); u; 1]‖² / ‖f(y) − mean f(y)‖² on paired batches of
+        states x, controls u and next states y, with (A, B, c) refitted by ridge least squares
+        (no gradient) every `invariance_every` steps on `invariance_sample` pairs. 0: off, and
+        `fit` needs no dynamics.
+    invariance_every : int
+        Steps between refits of (A, B, c).
+    invariance_sample : int
+        Pairs in each refit.
+    invariance_ridge : float
+        Ridge of the refit, relative to the mean diagonal of the Gram matrix.
     progress : bool
         Show a tqdm bar.
 
@@ -189,23 +202,28 @@ class SparseAutoencoder(Estimator):
     sae_ : `SAE`, acting on the raw inputs (the scale is folded in; decoder rows unit-norm)
     scale_ : the input scale √mean‖x − x̄‖² used during training
     d_sae_, k_, n_features_in_, n_tokens_ (inputs seen), n_resampled_,
-    history_ : dict of per-step arrays: loss, mse, aux, l0, dead_fraction, decoder_norm_error
+    history_ : dict of per-step arrays: loss, mse, aux, l0, dead_fraction, decoder_norm_error,
+        invariance (the batch's relative invariance residual; 0 when λ = 0)
     """
     def __init__(self, kind: str = "topk", expansion_factor: int = 4, d_sae: int | None = None,
                  k: int | None = None, l1_coefficient: float = 0.1, steps: int = 1000,
                  batch_size: int = 256, lr: float = 1e-2, dead_window: int = 200,
                  resample_every: int | None = 250, aux_k: int | None = None,
                  aux_coefficient: float = 1 / 32, seed: int = 0, dtype: torch.dtype = torch.float32,
-                 device: str = "cpu", progress: bool = True):
+                 device: str = "cpu", invariance: float = 0.0, invariance_every: int = 50,
+                 invariance_sample: int = 4096, invariance_ridge: float = 1e-3, progress: bool = True):
         self.kind, self.expansion_factor, self.d_sae, self.k = kind, expansion_factor, d_sae, k
         self.l1_coefficient, self.steps, self.batch_size, self.lr = l1_coefficient, steps, batch_size, lr
         self.dead_window, self.resample_every, self.aux_k = dead_window, resample_every, aux_k
         self.aux_coefficient, self.seed, self.dtype, self.device = aux_coefficient, seed, dtype, device
+        self.invariance, self.invariance_every = invariance, invariance_every
+        self.invariance_sample, self.invariance_ridge = invariance_sample, invariance_ridge
         self.progress = progress
 
     def _check_params(self):
         if self.kind not in ("relu", "topk"): raise ValueError(f"kind must be 'relu' or 'topk', got {self.kind!r}")
-        for name in ("expansion_factor", "steps", "batch_size", "dead_window"):
+        for name in ("expansion_factor", "steps", "batch_size", "dead_window", "invariance_every",
+                     "invariance_sample"):
             v = getattr(self, name)
             if not (isinstance(v, int) and v >= 1): raise ValueError(f"{name} must be a positive int, got {v!r}")
         for name in ("d_sae", "k", "aux_k", "resample_every"):
@@ -215,13 +233,20 @@ class SparseAutoencoder(Estimator):
         if not self.lr > 0: raise ValueError(f"lr must be > 0, got {self.lr!r}")
         if self.l1_coefficient < 0 or self.aux_coefficient < 0:
             raise ValueError("l1_coefficient and aux_coefficient must be ≥ 0")
+        if not (self.invariance >= 0 and self.invariance_ridge >= 0):
+            raise ValueError(f"invariance and invariance_ridge must be ≥ 0, got {self.invariance!r} and "
+                             f"{self.invariance_ridge!r}")
 
-    def fit(self, X, init: SAE | None = None) -> "SparseAutoencoder":
-        """Train on the activations X [n, d_in].
+    def fit(self, X, U=None, Y=None, init: SAE | None = None) -> "SparseAutoencoder":
+        """Train on the activations X [n, d_in] (with the dynamics U, Y when `invariance` > 0).
 
         Parameters
         ----------
         X : Tensor or array [n, d_in], floating point
+        U : Tensor or array [n, d_u], or None
+            Controls (attention writes) paired with X; read only when `invariance` > 0.
+        Y : Tensor or array [n, d_in], or None
+            Next states paired with X; required when `invariance` > 0.
         init : `SAE` or None
             Start from a copy of this SAE (it is not modified) instead of a fresh one.
 
@@ -233,12 +258,25 @@ class SparseAutoencoder(Estimator):
         ------
         ValueError
             If X is not a finite 2-D float matrix, has no variance, `init` has another width or
-            kind, or a parameter is out of range.
+            kind, a parameter is out of range, or `invariance` > 0 without Y (or with U, Y not
+            paired with X).
         """
         self._reset()
         self._check_params()
         X = as_acts(X, "X", min_samples=2, float64=False).to(self.device, self.dtype)  # [n, d_in]
         n, d_in = X.shape
+        dyn = None
+        if self.invariance > 0:
+            if Y is None:
+                raise ValueError("invariance > 0 needs the dynamics: call fit(X, U, Y) with the next states Y "
+                                 "(and the controls U, or None)")
+            Yt = as_acts(Y, "Y", min_samples=2, float64=False).to(self.device, self.dtype)
+            Ut = (torch.zeros(n, 0, dtype=self.dtype, device=self.device) if U is None else
+                  as_acts(U, "U", min_samples=2, float64=False).to(self.device, self.dtype))
+            if Yt.shape != X.shape or len(Ut) != n:
+                raise ValueError(f"U, Y must be paired with X: X {tuple(X.shape)}, U {tuple(Ut.shape)}, "
+                                 f"Y {tuple(Yt.shape)}")
+            dyn = (Ut, Yt)
         d_sae = self.d_sae or self.expansion_factor * d_in
         k = (self.k or max(1, d_in // 4)) if self.kind == "topk" else None
         if k is not None and k > d_sae: raise ValueError(f"k={k} is more than d_sae={d_sae}")
@@ -259,7 +297,8 @@ class SparseAutoencoder(Estimator):
             with torch.no_grad():
                 sae.load_state_dict(init.state_dict())
                 sae.b_enc.div_(scale); sae.b_dec.div_(scale)             # into the scaled units
-        hist, n_res = _train(sae, Xs, self, np.random.SeedSequence(self.seed))
+        if dyn is not None: dyn = (dyn[0] / scale, dyn[1] / scale)        # the same units as Xs
+        hist, n_res = _train(sae, Xs, self, np.random.SeedSequence(self.seed), dyn)
         with torch.no_grad(): sae.b_enc.mul_(scale); sae.b_dec.mul_(scale)   # back to raw inputs
         sae.requires_grad_(False).eval()
         self.sae_, self.scale_, self.d_sae_, self.k_ = sae, scale, d_sae, k
@@ -296,22 +335,58 @@ class SparseAutoencoder(Estimator):
     def __repr__(self):
         keys = ["kind", "d_sae" if self.d_sae else "expansion_factor"]
         keys += ["k"] if self.kind == "topk" else ["l1_coefficient"]
-        keys += ["steps", "seed"]
+        keys += ["steps", "seed"] + (["invariance"] if self.invariance else [])
         fitted = f", d_sae_={self.d_sae_}" if hasattr(self, "d_sae_") else ""
         return f"SparseAutoencoder({', '.join(f'{k}={getattr(self, k)!r}' for k in keys)}{fitted})"
 
 
-def _train(sae: SAE, Xs: Tensor, p: SparseAutoencoder, ss) -> tuple[dict, int]:
+def _refit_operator(sae: SAE, Xs: Tensor, U: Tensor, Y: Tensor, idx: Tensor, ridge: float) -> Tensor:
+    "Ridge least squares K [d_sae + d_u + 1, d_sae] of f(y) on [f(x), u, 1] over the rows idx (no gradient)."
+    with torch.no_grad():
+        Z = torch.cat([sae.encode(Xs[idx]), U[idx], torch.ones(len(idx), 1, dtype=Xs.dtype,
+                                                               device=Xs.device)], 1).double()  # [m, p]
+        F = sae.encode(Y[idx]).double()                                  # [m, d_sae]
+        G = Z.T @ Z
+        lam = ridge * G.diagonal().mean().clamp_min(1e-12)
+        K = torch.linalg.solve(G + lam * torch.eye(len(G), dtype=G.dtype, device=G.device), Z.T @ F)
+    return K.to(Xs.dtype)                                                # [p, d_sae]
+
+
+def invariance_penalty(fx: Tensor, u: Tensor, fy: Tensor, K: Tensor) -> Tensor:
+    """The relative invariance residual of a batch: ‖f(y) − [f(x), u, 1] K‖² / ‖f(y) − mean f(y)‖².
+
+    Parameters
+    ----------
+    fx, fy : Tensor [batch, d_sae]
+        Latents of the states and of the next states.
+    u : Tensor [batch, d_u]
+        Controls (d_u may be 0).
+    K : Tensor [d_sae + d_u + 1, d_sae]
+        The stacked operator [A B c]ᵀ.
+
+    Returns
+    -------
+    Tensor [] (differentiable in fx and fy), ≥ 0; 0 when span f is closed under the dynamics.
+    """
+    Z = torch.cat([fx, u, torch.ones(len(fx), 1, dtype=fx.dtype, device=fx.device)], 1)   # [batch, p]
+    den = (fy - fy.mean(0)).pow(2).sum().clamp_min(1e-12)
+    return (fy - Z @ K).pow(2).sum() / den
+
+
+def _train(sae: SAE, Xs: Tensor, p: SparseAutoencoder, ss, dyn=None) -> tuple[dict, int]:
     "The training loop of `SparseAutoencoder.fit` on the scaled inputs Xs [n, d_in]; returns (history, resampled)."
     g = torch.Generator().manual_seed(int(ss.generate_state(1)[0]))
     opt = torch.optim.Adam(sae.parameters(), lr=p.lr)
     d_in, d_sae = sae.cfg.d_in, sae.cfg.d_sae
     k_aux = p.aux_k or max(1, d_in // 2)
     last_fired = torch.zeros(d_sae, dtype=torch.long, device=Xs.device)   # step each latent last fired
-    H = {key: np.zeros(p.steps) for key in ("loss", "mse", "aux", "l0", "dead_fraction", "decoder_norm_error")}
+    H = {key: np.zeros(p.steps) for key in ("loss", "mse", "aux", "l0", "dead_fraction", "decoder_norm_error",
+                                            "invariance")}
+    K = None
     n_res = 0
     for step in tqdm(range(p.steps), disable=not p.progress, desc=f"SAE ({p.kind})"):
-        xb = Xs[torch.randint(0, len(Xs), (p.batch_size,), generator=g).to(Xs.device)]   # [batch, d_in]
+        ib = torch.randint(0, len(Xs), (p.batch_size,), generator=g).to(Xs.device)
+        xb = Xs[ib]                                                      # [batch, d_in]
         pre = sae.pre_acts(xb)                                           # [batch, d_sae]
         f = sae.activation(pre)
         err = sae.decode(f) - xb                                         # [batch, d_in]
@@ -325,6 +400,13 @@ def _train(sae: SAE, Xs: Tensor, p: SparseAutoencoder, ss) -> tuple[dict, int]:
         else:
             aux = auxk_loss(pre, -err.detach(), sae.W_dec, dead, k_aux, var)
             loss = mse + p.aux_coefficient * aux
+        if dyn is not None:
+            if step % p.invariance_every == 0:
+                sample = torch.randint(0, len(Xs), (min(p.invariance_sample, len(Xs)),), generator=g)
+                K = _refit_operator(sae, Xs, dyn[0], dyn[1], sample.to(Xs.device), p.invariance_ridge)
+            inv = invariance_penalty(f, dyn[0][ib], sae.encode(dyn[1][ib]), K)
+            loss = loss + p.invariance * inv
+            H["invariance"][step] = inv.item()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         with torch.no_grad():                                            # no gradient along the unit rows
@@ -507,3 +589,74 @@ def ce_loss_recovered(model: nn.Module, hook: str, sae, tokens: Tensor, batch_si
     if abs(zero - clean) < 1e-12:
         raise ValueError(f"zero-ablating {hook!r} does not change the loss ({clean:.6g}): nothing to recover")
     return (zero - spliced) / (zero - clean)
+
+# %% ../nbs/33_sae.ipynb #cfe633e7
+@dataclass
+class FeatureMatch:
+    """A one-to-one matching of two SAEs' latents by decoder cosine similarity.
+
+    Attributes
+    ----------
+    rows, cols : ndarray [n_matched]
+        Matched latent indices of the first and the second SAE.
+    cosine : ndarray [n_matched]
+        Cosine of the matched decoder directions.
+    threshold : float
+    share : float
+        Share of the first SAE's latents matched with cosine above `threshold`.
+    """
+    rows: np.ndarray
+    cols: np.ndarray
+    cosine: np.ndarray
+    threshold: float
+    share: float
+
+    def __repr__(self):
+        return (f"FeatureMatch(n={self.rows.size}, share above {self.threshold}={self.share:.3f}, "
+                f"median cosine={np.median(self.cosine):.3f})")
+
+
+def _decoder(sae) -> np.ndarray:
+    "Decoder directions [d_sae, d_in] (float64, rows unit-norm) of our SAE, a fitted estimator or a sae-lens SAE."
+    if isinstance(sae, SparseAutoencoder):
+        sae._check_fitted(); sae = sae.sae_
+    W = getattr(sae, "W_dec", None)
+    if W is None:
+        raise ValueError(f"the SAE must have a decoder W_dec [d_sae, d_in], got {type(sae).__name__}")
+    W = W.detach().cpu().double().numpy() if isinstance(W, Tensor) else np.asarray(W, dtype=np.float64)
+    if W.ndim != 2 or not np.isfinite(W).all():
+        raise ValueError(f"W_dec must be a finite matrix [d_sae, d_in], got shape {W.shape}")
+    return W / np.maximum(np.linalg.norm(W, axis=1, keepdims=True), 1e-300)
+
+
+def match_features(sae_a, sae_b, threshold: float = 0.7) -> FeatureMatch:
+    """Match two SAEs' latents one-to-one (Hungarian algorithm) on the cosine of their decoder directions.
+
+    The assignment maximises the summed cosine (`scipy.optimize.linear_sum_assignment`); the share
+    matched above `threshold` is Paulo and Belrose's (2025) measure of how much two seeds share.
+
+    Parameters
+    ----------
+    sae_a, sae_b : `SAE`, fitted `SparseAutoencoder` or sae-lens `SAE`
+        Of the same d_in (the widths d_sae may differ).
+    threshold : float, default 0.7
+
+    Returns
+    -------
+    FeatureMatch
+
+    Raises
+    ------
+    ValueError
+        If a decoder is missing or not finite, or the d_in differ.
+    """
+    from scipy.optimize import linear_sum_assignment
+    Wa, Wb = _decoder(sae_a), _decoder(sae_b)                            # [d_a, d_in], [d_b, d_in]
+    if Wa.shape[1] != Wb.shape[1]:
+        raise ValueError(f"the SAEs read different widths d_in={Wa.shape[1]} and {Wb.shape[1]}: "
+                         f"SAEs of different models or layers?")
+    C = Wa @ Wb.T                                                        # [d_a, d_b] cosines
+    rows, cols = linear_sum_assignment(C, maximize=True)
+    cos = C[rows, cols]
+    return FeatureMatch(rows, cols, cos, float(threshold), float((cos > threshold).sum() / len(Wa)))
+

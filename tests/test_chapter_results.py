@@ -35,6 +35,28 @@ RULES = {
         "markov.merge": lambda m, S: m["worst_aligned"] < m["worst_naive"],
         "markov.layernorm": lambda m, S: m["max_kl"] <= S["thr_kl"] and m["max_eig_error"] <= S["thr_eig"],
     },
+    "sae_gap": {
+        "sae.model_ok": lambda m, S: (m["update_max_rel_dev"] <= S["thr_update"]
+                                      and m["lm_loss"] <= S["thr_model"] * m["trigram_loss"]),
+        "sae.gap": lambda m, S: all(
+            min(m["rows"][f"SAE {k}, {rule}, r={r}"]["sae"] for rule in ("variance", "frequency"))
+            >= S["thr_gap"] * max(m["rows"][f"SAE {k}, variance, r={r}"]["spectral"],
+                                  m["rows"][f"SAE {k}, variance, r={r}"]["random"])
+            for k in ("relu", "topk") for r in S["rs"]),
+        "sae.selection_rule": lambda m, S: (
+            __import__("statistics").median(list(m["ratios"].values())) >= S["thr_rule"]),
+        "sae.seed_features": lambda m, S: m["max"] < S["thr_share"],
+        "sae.seed_spectra": lambda m, S: (m["sae"]["cross_seed"] > m["sae"]["floor"]
+                                          and m["spectral"]["cross_seed"] <= S["thr_spectra"] * m["spectral"]["floor"]),
+        "sae.rate": lambda m, S: m["ci"][0] <= -0.5 <= m["ci"][1],
+        "sae.nonnormal": lambda m, S: (m["henrici"] > S["thr_noise"] * m["noise"]
+                                       and m["first_angle"] > S["thr_angle"]),
+        "sae.interventions": lambda m, S: (
+            m["effects"]["random"][min(m["gap"], key=int)] < m["effects"]["Koopman modes"][min(m["gap"], key=int)]
+            < m["effects"]["top PCs"][min(m["gap"], key=int)]
+            and m["gap"][max(m["gap"], key=int)] < m["gap"][min(m["gap"], key=int)]),
+        "sae.penalty": lambda m, S: m["gap_before"] > 0 and m["share_closed"] >= S["thr_closed"],
+    },
 }
 
 

@@ -195,3 +195,45 @@ def test_progress_bar_on_chunked_fits_only(capsys):
     EDMDc(chunk=100, progress=False).fit(X, U, Y)
     EDMDc().fit(X, U, Y)                                                # one chunk: no bar
     assert capsys.readouterr().err == ""
+
+
+def test_excess_kurtosis_gaussian_and_heavy():
+    from coreinv.koopman import excess_kurtosis
+    rng = np.random.default_rng(1)
+    k = excess_kurtosis(np.c_[rng.standard_normal(40000), rng.laplace(size=40000), np.ones(40000)])
+    assert abs(k[0]) < 0.1 and abs(k[1] - 3) < 0.6 and np.isnan(k[2])
+    with pytest.raises(ValueError):
+        excess_kurtosis(np.array([[np.nan, 1.0], [0.0, 1.0]]))
+
+
+def test_nonnormality_bootstrap_separates_normal_from_nonnormal():
+    from coreinv.koopman import nonnormality
+    A, B, X, U, Y = linear_control_system(2000, noise=0.1, seed=2)
+    Q = np.linalg.qr(np.random.default_rng(3).standard_normal((4, 4)))[0]
+    An = Q @ np.diag([0.9, 0.6, -0.5, 0.1]) @ Q.T
+    Yn = X @ An.T + U @ B.T + 0.1 * np.random.default_rng(9).standard_normal(X.shape)
+    nn, nrm = nonnormality(X, U, Y, n_boot=10), nonnormality(X, U, Yn, n_boot=10)
+    assert nn.henrici > 3 * nn.noise and nn.condition > 1.1
+    assert nrm.henrici < nn.henrici / 5                              # the normal control
+    with pytest.raises(ValueError, match="n_boot"):
+        nonnormality(X, U, Y, n_boot=1)
+
+
+def test_depth_effects_and_project_out():
+    import torch
+    from coreinv.koopman import depth_effects, project_out
+    from coreinv.train import make_transformer
+    net = make_transformer(3, 16, 2, 10, 8)
+    toks = torch.randint(0, 10, (16, 8), generator=torch.Generator().manual_seed(0))
+    rng = np.random.default_rng(0)
+    H = rng.standard_normal((5, 16)); mu = rng.standard_normal(16)
+    Q = rng.standard_normal((16, 3))
+    P = project_out(Q, mu)(H)
+    assert np.allclose((P - mu) @ np.linalg.qr(Q)[0], 0) and np.allclose(project_out(Q, mu)(P), P)
+    w = rng.standard_normal(16)
+    e0 = depth_effects(net, toks, 1, lambda H: H, lambda H, d: H @ w, [1, 2])
+    assert e0 == {1: 0.0, 2: 0.0}                                    # the null edit: a negative control
+    e = depth_effects(net, toks, 1, project_out(np.eye(16)), {1: lambda H: H @ w, 2: lambda H: H @ w}, [1, 2])
+    assert all(v > 0.1 for v in e.values())
+    with pytest.raises(ValueError, match="out of range"):
+        depth_effects(net, toks, 1, lambda H: H, lambda H, d: H @ w, [3])

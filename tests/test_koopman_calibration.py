@@ -105,3 +105,14 @@ def test_text_goes_through_to_tokens(tmp_path):
     with pytest.raises(ValueError, match="^collect_triples: the texts tokenize to different lengths"):
         collect_triples(m, ["hello", "hello there"])
     assert max(check_update(m, "hello there").values()) < 1e-4
+
+
+def test_calibration_data_refuses_nan():
+    import numpy as np
+    import pytest
+    from coreinv.calibration import CalibrationData
+    X = np.zeros((2, 4, 3)); bad = X.copy(); bad[1, 2, 0] = np.nan
+    with pytest.raises(ValueError, match="non-finite"):
+        CalibrationData(bad, X, X, [0, 1])
+    with pytest.raises(ValueError, match="shape"):
+        CalibrationData(X, X[:, :2], X, [0, 1])

@@ -267,3 +267,39 @@ def test_sae_lens_sae_in_ce_loss_recovered(tiny):
     assert ce_loss_recovered(model, "blocks.0.hook_resid_post", s, tokens) == pytest.approx(1, abs=1e-6)
     with pytest.raises(ValueError, match="d_in=32"):
         sae_metrics(s, np.random.default_rng(0).standard_normal((5, 16)))
+
+
+def test_match_features_hungarian_and_share(fits):
+    from coreinv.sae import match_features
+    a = fits["topk"]
+    assert match_features(a, a).share == 1.0
+    # a permuted copy of the decoder matches perfectly, in the permuted order
+    perm = torch.randperm(a.d_sae_, generator=torch.Generator().manual_seed(0))
+    copy = SimpleNamespace(W_dec=a.sae_.W_dec[perm])
+    m = match_features(a, copy)
+    assert m.share == 1.0 and np.array_equal(perm.numpy()[m.cols], m.rows)
+    assert match_features(a, SAE(16, a.d_sae_, seed=5)).share < 0.2     # a random decoder: a negative control
+    with pytest.raises(ValueError, match="different widths"):
+        match_features(a, SAE(8, 16))
+    with pytest.raises(ValueError, match="W_dec"):
+        match_features(a, object())
+
+
+def test_invariance_penalty_lowers_the_residual():
+    from coreinv.dictionaries import SAEDictionary
+    from coreinv.koopman import invariance_residual
+    A, B, X4, U4, Y4 = linear_control_system(4000, seed=3)
+    lift = np.random.default_rng(0).standard_normal((4, 16))
+    Xl, Yl = X4 @ lift, Y4 @ lift
+    res = {}
+    for lam in (0.0, 1.0):
+        est = SparseAutoencoder("topk", d_sae=32, k=4, steps=600, invariance=lam, progress=False).fit(Xl, U4, Yl)
+        res[lam] = invariance_residual(SAEDictionary(est.sae_), Xl, U4, Yl).overall
+        assert (est.history_["invariance"] > 0).any() == (lam > 0)
+    assert res[1.0] < 0.5 * res[0.0]                    # λ = 0 is the control: the penalty does the work
+    with pytest.raises(ValueError, match="needs the dynamics"):
+        SparseAutoencoder(invariance=1.0, progress=False).fit(Xl)
+    with pytest.raises(ValueError, match="paired"):
+        SparseAutoencoder(invariance=1.0, progress=False).fit(Xl, U4, Yl[:-1])
+    with pytest.raises(ValueError, match="invariance"):
+        SparseAutoencoder(invariance=-1.0, progress=False).fit(Xl, U4, Yl)
