@@ -116,6 +116,29 @@ register("grokking",
                sweep_omegas=(0.3, 0.5, 1.0, 2.0, 3.0), sweep_ps=(53, 67, 83, 97, 113), sweep_seeds=(0, 1, 2),
                sweep_max_steps=30000, sweep_d_model=128, sweep_d_mlp=512))
 
+# %% ../nbs/00_presets.ipynb #e4d3693d
+# agreement: the 1D agreement axis (paper A, result A3), small causal LMs of coreinv.lm trained here on the
+# agreement language. Each model is a dict of LMSpec fields. ci: two small word-level transformers (standard and
+# rotary positions, different corpus samples and seeds), a few minutes; book: four (depth/width varied too),
+# the chapter in about 12 min on 2 quiet cores; paper: longer training, more test pairs.
+# Thresholds are the issue's, fixed before any run.
+_agr_thr = dict(thr_learned=0.95, thr_one_dim=0.1, thr_sufficient=0.9, thr_necessary=0.6, thr_flip=0.9,
+                thr_spearman=0.8, n_verbs=6, max_new=12)
+_agr_ci_models = (dict(name="word", n_layers=2, d_model=64, n_heads=4, positional="standard", corpus_seed=0, seed=0,
+                       steps=800),
+                  dict(name="rotary", n_layers=3, d_model=48, n_heads=4, positional="rotary", corpus_seed=1, seed=1,
+                       steps=700))
+_agr_book_models = _agr_ci_models + (
+    dict(name="deep", n_layers=4, d_model=64, n_heads=4, positional="standard", corpus_seed=2, seed=2, steps=900),
+    dict(name="wide", n_layers=2, d_model=96, n_heads=6, positional="rotary", corpus_seed=3, seed=3, steps=700))
+register("agreement",
+         ci=_agr_thr | dict(models=_agr_ci_models, n_sentences=20000, n_ctx=32, batch=32, n_test_per_cell=16,
+                            n_flip=24, n_boot=200),
+         book=_agr_thr | dict(models=_agr_book_models, n_sentences=40000, n_ctx=32, batch=32, n_test_per_cell=24,
+                              n_flip=48, n_boot=1000),
+         paper=_agr_thr | dict(models=tuple(m | dict(steps=4 * m["steps"]) for m in _agr_book_models),
+                               n_sentences=200000, n_ctx=32, batch=64, n_test_per_cell=64, n_flip=200, n_boot=2000))
+
 # %% ../nbs/00_presets.ipynb #dfed8e71
 def device(override: str | None = None) -> torch.device:
     "The torch device to use: `override`, else `$COREINV_DEVICE`, else CUDA if available, else CPU."
