@@ -151,3 +151,24 @@ def test_chapter_rules_fail_on_controls():
         assert not R[cid](m, S), cid
     assert not R["agreement.one_dim"](dict(ratio=dict(a=0.5)), S) and R["agreement.one_dim"](dict(ratio=dict(a=0.01)), S)
     assert not R["agreement.late"](dict(upper_half=dict(a=0.0, b=0.0)), S)
+
+
+def test_pretrained_path_gpt2_on_cpu(tmp_path, monkeypatch):
+    "Model 5's whole path: a BPE GPT-2 trained here, save_pretrained, load_local, then the measures."
+    from coreinv.lm import train_or_load_gpt2
+    from coreinv.models import load_local
+    monkeypatch.setenv("COREINV_CACHE", str(tmp_path))
+    spec = LMSpec(name="g", n_layers=2, d_model=16, n_heads=2, n_ctx=24, n_sentences=400, steps=5,
+                  n_test_per_cell=2)
+    folder = train_or_load_gpt2(spec, progress=False)
+    assert (folder / "config.json").exists() and (folder / "tokenizer.json").exists()
+    am = ax.hf_model("g", load_local(folder, device="cpu"))
+    pairs = held_out_pairs(spec)["pp"]
+    assert np.isfinite(ax.margins(am, pairs)).all()
+    ace = ax.fit_axis(am, pairs, am.layers[-1], "verbs")
+    assert ace.rank_ >= 1
+    val = ax.validate_layer(am, pairs, am.layers[-1])
+    assert set(val) == set(ax.BASELINES)
+    fl = ax.flip_generation(am, pairs[:2], am.layers[-1], ax.layer_cores(am, pairs, am.layers[-1])["ace"],
+                            max_new=3)
+    assert fl["n"] == 2
