@@ -118,11 +118,11 @@ register("grokking",
 
 # %% ../nbs/00_presets.ipynb #e4d3693d
 # agreement: the 1D agreement axis (paper A, result A3), small causal LMs of coreinv.lm trained here on the
-# agreement language. Each model is a dict of LMSpec fields (arch="gpt2": a BPE GPT2LMHeadModel saved with
-# save_pretrained and loaded back with coreinv.models.load_local, the pretrained-model path). ci: two small word-level transformers (standard and
-# rotary positions, different corpus samples and seeds), a few minutes; book: four (a 4-layer one and the GPT-2 too),
-# the chapter in about 12 min on 2 quiet cores; paper: longer training, more test pairs.
-# Thresholds are the issue's, fixed before any run.
+# agreement language. Each model is a dict of LMSpec fields; arch="lstm": coreinv.lm.LSTMLM (a plain nn.Module),
+# arch="gpt2": a BPE GPT2LMHeadModel saved with save_pretrained and loaded back with coreinv.models.load_local
+# (the pretrained-model path). ci: two small word-level transformers (standard and rotary positions, other
+# depth/width, corpus sample and seed), a few minutes; book: those, an LSTM and the GPT-2, the chapter in about
+# 12 min on 2 quiet cores; paper: longer training, more test pairs. Thresholds: the issue's, fixed before any run.
 _agr_thr = dict(thr_learned=0.95, thr_one_dim=0.1, thr_sufficient=0.9, thr_necessary=0.6, thr_flip=0.9,
                 thr_spearman=0.8, n_verbs=6, max_new=12)
 _agr_ci_models = (dict(name="word", n_layers=2, d_model=64, n_heads=4, positional="standard", corpus_seed=0, seed=0,
@@ -130,7 +130,7 @@ _agr_ci_models = (dict(name="word", n_layers=2, d_model=64, n_heads=4, positiona
                   dict(name="rotary", n_layers=3, d_model=48, n_heads=4, positional="rotary", corpus_seed=1, seed=1,
                        steps=700))
 _agr_book_models = _agr_ci_models + (
-    dict(name="deep", n_layers=4, d_model=64, n_heads=4, positional="standard", corpus_seed=2, seed=2, steps=900),
+    dict(name="lstm", arch="lstm", n_layers=2, d_model=64, n_heads=4, corpus_seed=2, seed=2, steps=800),
     dict(name="gpt2", arch="gpt2", n_layers=2, d_model=64, n_heads=4, corpus_seed=3, seed=3, steps=800))
 register("agreement",
          ci=_agr_thr | dict(models=_agr_ci_models, n_sentences=20000, n_ctx=32, batch=32, n_test_per_cell=16,
