@@ -129,8 +129,10 @@ _agr_ci_models = (dict(name="word", n_layers=2, d_model=64, n_heads=4, positiona
                        steps=800),
                   dict(name="rotary", n_layers=3, d_model=48, n_heads=4, positional="rotary", corpus_seed=1, seed=1,
                        steps=700))
-_agr_book_models = _agr_ci_models + (
-    dict(name="lstm", arch="lstm", n_layers=2, d_model=64, n_heads=4, corpus_seed=2, seed=2, steps=800),
+# book: the first book run (rotary 700 steps, LSTM 800 steps at lr 3e-3) left the rotary model at 0.875 and the
+# LSTM at 0.44 on simple sentences, below the required 0.95, so both train longer (and the LSTM at a higher rate).
+_agr_book_models = (_agr_ci_models[0], _agr_ci_models[1] | dict(steps=1200)) + (
+    dict(name="lstm", arch="lstm", n_layers=2, d_model=64, n_heads=4, corpus_seed=2, seed=2, steps=2000, lr=1e-2),
     dict(name="gpt2", arch="gpt2", n_layers=2, d_model=64, n_heads=4, corpus_seed=3, seed=3, steps=800))
 register("agreement",
          ci=_agr_thr | dict(models=_agr_ci_models, n_sentences=20000, n_ctx=32, batch=32, n_test_per_cell=16,
