@@ -57,6 +57,19 @@ RULES = {
             and m["gap"][max(m["gap"], key=int)] < m["gap"][min(m["gap"], key=int)]),
         "sae.penalty": lambda m, S: m["gap_before"] > 0 and m["share_closed"] >= S["thr_closed"],
     },
+    "agreement": {
+        "agreement.learned": lambda m, S: (min(m["simple"].values()) >= S["thr_learned"]
+                                           and m["untrained"] < S["thr_learned"]),
+        "agreement.one_dim": lambda m, S: max(m["ratio"].values()) <= S["thr_one_dim"],
+        "agreement.sufficient": lambda m, S: (min(m["ace"].values()) >= S["thr_sufficient"]
+                                              and max(m["random"].values()) < S["thr_sufficient"]),
+        "agreement.necessary": lambda m, S: (max(m["ace"].values()) <= S["thr_necessary"]
+                                             and min(m["random"].values()) > S["thr_necessary"]),
+        "agreement.flip": lambda m, S: (min(m["ace"].values()) >= S["thr_flip"]
+                                        and max(m["random"].values()) < S["thr_flip"]),
+        "agreement.spearman": lambda m, S: m["mean"] >= S["thr_spearman"] and m["shuffled_max_abs"] < S["thr_spearman"],
+        "agreement.late": lambda m, S: sum(m["upper_half"].values()) / len(m["upper_half"]) > 0.5,
+    },
 }
 
 

@@ -1,0 +1,174 @@
+"""Unit tests for coreinv.lm, coreinv.tasks.axis and the ablation's flip mode: small models, bad input,
+and the agreement chapter's claim rules failing on their negative controls."""
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from coreinv.ablate import ablate
+from coreinv.ace import Core
+from coreinv.lm import LMSpec, build_lm, cache_key, held_out_pairs, lm_info, train_or_load
+from coreinv.tasks import agreement as ag
+from coreinv.tasks import axis as ax
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    "A tiny word-level LM (barely trained) and its AgreementModel, in a temporary cache."
+    mp = pytest.MonkeyPatch()
+    mp.setenv("COREINV_CACHE", str(tmp_path_factory.mktemp("cache")))
+    spec = LMSpec(name="t", n_layers=2, d_model=16, n_heads=2, n_ctx=24, n_sentences=500, steps=5,
+                  n_test_per_cell=2)
+    model, vocab = train_or_load(spec, progress=False)
+    yield spec, ax.word_model("t", model, vocab)
+    mp.undo()
+
+
+def test_lm_cached_and_info(tiny):
+    spec, am = tiny
+    info = lm_info(spec)
+    assert info["steps"] == 5 and info["n_params"] == sum(p.numel() for p in am.model.parameters())
+    again, _ = train_or_load(spec, progress=False)
+    assert all(torch.equal(a, b) for a, b in zip(am.model.state_dict().values(), again.state_dict().values()))
+
+
+def test_lm_spec_key_and_bad_input():
+    a = LMSpec()
+    assert cache_key(a) == cache_key(LMSpec()) and cache_key(a) != cache_key(LMSpec(corpus_seed=1))
+    assert build_lm(LMSpec(n_layers=4, positional="rotary")).cfg.n_layers == 4
+    for bad in (dict(n_layers=0), dict(d_model=30), dict(positional="alibi"), dict(constructions=("x",))):
+        with pytest.raises(ValueError, match="LMSpec"):
+            LMSpec(**bad)
+
+
+def _mlp_core():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 3)).eval()
+    basis = torch.linalg.qr(torch.randn(8, 2, dtype=torch.float64))[0]
+    return net, Core(basis, torch.randn(8, dtype=torch.float64))
+
+
+def _act(net, x, *ctx):
+    got = {}
+    # what the next layer receives, i.e. after any replacement at "0"
+    h = net[1].register_forward_pre_hook(lambda m, i: got.__setitem__("a", i[0].detach().clone()))
+    try:
+        with torch.no_grad():
+            if ctx:
+                with ctx[0]:
+                    if len(ctx) > 1:
+                        with ctx[1]: net(x)
+                    else: net(x)
+            else: net(x)
+    finally:
+        h.remove()
+    return got["a"].double()
+
+
+def test_flip_on_a_plain_module():
+    "flip reverses the core coordinates, leaves the complement alone, and flipping twice is the identity."
+    net, core = _mlp_core()
+    x = torch.randn(10, 5)
+    h = _act(net, x)
+    hf = _act(net, x, ablate(net, "0", core, "flip"))
+    assert torch.allclose(core.coords(hf), -core.coords(h), atol=1e-5)
+    assert torch.allclose(core.remove(hf), core.remove(h), atol=1e-5)
+    h2 = _act(net, x, ablate(net, "0", core, "flip"), ablate(net, "0", core, "flip"))
+    assert torch.allclose(h2, h, atol=1e-5)
+    assert not torch.allclose(hf, h, atol=1e-3)          # the control: one flip does change h
+
+
+def test_measures_run_and_shapes(tiny):
+    spec, am = tiny
+    pairs = [p for ps in held_out_pairs(spec).values() for p in ps]
+    m = ax.margins(am, pairs)
+    assert m.shape == (len(pairs),) and np.isfinite(m).all()
+    hook = am.layers[-1]
+    ace1 = ax.fit_axis(am, pairs, hook, "own")
+    acev = ax.fit_axis(am, pairs, hook, "verbs")
+    assert ace1.rank_ == 1 and acev.rank_ > 1                 # O = 1 is rank 1 by construction; O = V is not
+    val = ax.validate_layer(am, pairs, hook)
+    assert set(val) == set(ax.BASELINES) and set(val["ace"]["keep"]) == set(ag.CONSTRUCTIONS)
+    fl = ax.flip_generation(am, pairs[:3], hook, val and ax.layer_cores(am, pairs, hook)["ace"], max_new=4)
+    assert 0 <= fl["reversed"] <= 1 and fl["n"] == 3
+
+
+def test_margins_keep_full_core_is_intact(tiny):
+    spec, am = tiny
+    pairs = held_out_pairs(spec)["pp"]
+    hook = am.layers[0]
+    acts = ax.last_acts(am, pairs, hook)
+    full = Core(torch.eye(acts.shape[1], dtype=torch.float64), acts.mean(0))
+    assert np.allclose(ax.margins(am, pairs, hook=hook, core=full, mode="keep"), ax.margins(am, pairs), atol=1e-4)
+
+
+def test_spearman_and_control():
+    rng = np.random.default_rng(0)
+    z = rng.normal(size=200)
+    r = ax.axis_spearman(z, z + 0.1 * rng.normal(size=200), n_boot=100)
+    assert r["rho"] > 0.9 and r["lo"] <= r["rho"] <= r["hi"] and abs(r["shuffled"]) < 0.3
+    with pytest.raises(ValueError, match="equal"):
+        ax.axis_spearman(z, z[:5])
+
+
+def test_bad_input_names_word_and_model(tiny):
+    _, am = tiny
+    with pytest.raises(ValueError, match=r"'blorp'.*mymodel|mymodel.*'blorp'"):
+        ax.pair_from_words("The keys near the cabinet blorp old.", "mymodel")
+    with pytest.raises(ValueError, match=r"'t'.*'blorps'"):
+        am.verb_id("blorps")
+    with pytest.raises(ValueError, match="close names"):
+        ax.AgreementModel("t", am.model, am.encode, am.decode, am.verb_ids, ["blocks.0.hook_resid_pots"])
+    with pytest.raises(ValueError, match="readout"):
+        ax.fit_axis(am, held_out_pairs(LMSpec(n_test_per_cell=1))["simple"], am.layers[0], "logits")
+
+
+def test_tokenizer_splitting_a_verb_is_refused(tmp_path):
+    from coreinv.models import load_local, tiny_local_model
+    tiny_local_model("gpt2", tmp_path / "m")
+    with pytest.raises(ValueError, match=r"tiny-gpt2.*(splits|lacks) the verb form"):
+        ax.hf_model("tiny-gpt2", load_local(tmp_path / "m", device="cpu"))
+
+
+def test_chapter_rules_fail_on_controls():
+    "Each agreement claim's rule rejects its negative control (the values a control run gives)."
+    from test_chapter_results import RULES
+    from coreinv.presets import sizes
+    R, S = RULES["agreement"], dict(sizes("agreement"))
+    good = {"agreement.learned": dict(simple=dict(a=1.0), untrained=0.5),
+            "agreement.sufficient": dict(ace=dict(a=1.0), random=dict(a=0.5)),
+            "agreement.necessary": dict(ace=dict(a=0.5), random=dict(a=0.95)),
+            "agreement.flip": dict(ace=dict(a=1.0), random=dict(a=0.0)),
+            "agreement.spearman": dict(mean=0.9, max=0.95, shuffled_max_abs=0.05)}
+    for cid, m in good.items():
+        assert R[cid](m, S), cid
+    bad = {"agreement.learned": dict(simple=dict(a=1.0), untrained=1.0),
+           "agreement.sufficient": dict(ace=dict(a=1.0), random=dict(a=1.0)),
+           "agreement.necessary": dict(ace=dict(a=0.5), random=dict(a=0.5)),
+           "agreement.flip": dict(ace=dict(a=1.0), random=dict(a=1.0)),
+           "agreement.spearman": dict(mean=0.9, max=0.95, shuffled_max_abs=0.9)}
+    for cid, m in bad.items():
+        assert not R[cid](m, S), cid
+    assert not R["agreement.one_dim"](dict(ratio=dict(a=0.5)), S) and R["agreement.one_dim"](dict(ratio=dict(a=0.01)), S)
+    assert not R["agreement.late"](dict(upper_half=dict(a=0.0, b=0.0)), S)
+
+
+def test_pretrained_path_gpt2_on_cpu(tmp_path, monkeypatch):
+    "Model 5's whole path: a BPE GPT-2 trained here, save_pretrained, load_local, then the measures."
+    from coreinv.lm import train_or_load_gpt2
+    from coreinv.models import load_local
+    monkeypatch.setenv("COREINV_CACHE", str(tmp_path))
+    spec = LMSpec(name="g", n_layers=2, d_model=16, n_heads=2, n_ctx=24, n_sentences=400, steps=5,
+                  n_test_per_cell=2)
+    folder = train_or_load_gpt2(spec, progress=False)
+    assert (folder / "config.json").exists() and (folder / "tokenizer.json").exists()
+    am = ax.hf_model("g", load_local(folder, device="cpu"))
+    pairs = held_out_pairs(spec)["pp"]
+    assert np.isfinite(ax.margins(am, pairs)).all()
+    ace = ax.fit_axis(am, pairs, am.layers[-1], "verbs")
+    assert ace.rank_ >= 1
+    val = ax.validate_layer(am, pairs, am.layers[-1])
+    assert set(val) == set(ax.BASELINES)
+    fl = ax.flip_generation(am, pairs[:2], am.layers[-1], ax.layer_cores(am, pairs, am.layers[-1])["ace"],
+                            max_new=3)
+    assert fl["n"] == 2
