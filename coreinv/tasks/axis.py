@@ -215,6 +215,13 @@ def accuracy(am: AgreementModel, pairs: Sequence[MinimalPair], **ablation) -> fl
 def accuracy_table(am: AgreementModel, pairs: Sequence[MinimalPair], **ablation) -> dict:
     """Accuracy per construction and per construction × number cell.
 
+    Parameters
+    ----------
+    am : AgreementModel
+    pairs : sequence of MinimalPair
+    **ablation
+        `hook`, `core` and `mode`, passed to `margins`: the accuracy with that ablation.
+
     Returns
     -------
     dict construction → {"all": float, cell: float, ...}
@@ -293,6 +300,13 @@ def readout_pairs(am: AgreementModel, n: int = 6) -> list[tuple[str, str]]:
 
 def last_acts(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str) -> Tensor:
     """The activation at `hook` at the last token of each prefix.
+
+    Parameters
+    ----------
+    am : AgreementModel
+    pairs : sequence of MinimalPair
+    hook : str
+        A hook name of `am.model`.
 
     Returns
     -------
@@ -400,6 +414,17 @@ def layer_cores(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str, ace
                 seed: int = 0) -> dict[str, Core]:
     """The oriented ACE axis and the four 1-D baselines at `hook`.
 
+    Parameters
+    ----------
+    am : AgreementModel
+    pairs : sequence of MinimalPair
+        The sentences the axis and the baselines are fitted on.
+    hook : str
+    ace : ACE, optional
+        An ACE already fitted at `hook` (default: `fit_axis(am, pairs, hook)`).
+    seed : int
+        The random direction's seed.
+
     Returns
     -------
     dict name → Core (k = 1), names `BASELINES`
@@ -462,6 +487,22 @@ def _generate(am: AgreementModel, prefix: Sequence[str], max_new: int, sample: b
 def flip_generation(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str, core: Core | None,
                     max_new: int = 12, sample: bool = False, seed: int = 0, progress: bool = False) -> dict:
     """Generate after each prefix with `core` flipped at `hook` (None: intact) and score by the grammar.
+
+    Parameters
+    ----------
+    am : AgreementModel
+    pairs : sequence of MinimalPair
+        Their prefixes start the generations.
+    hook : str
+    core : Core or None
+        Flipped at every position during generation (`ablate(..., mode="flip")`); None: intact.
+    max_new : int
+        Tokens generated after the prefix.
+    sample : bool
+        Sample from the softmax (seeded by `seed`) instead of greedy decoding.
+    seed : int
+    progress : bool
+        Show a progress bar.
 
     Returns
     -------
