@@ -101,15 +101,15 @@ register("markov",
 # grokking: a + b mod p, two-layer HookedTransformers (LayerNorm), full-batch AdamW, betas (0.9, 0.98), lr 3e-3 with
 # a one-cycle schedule (warm-up over the first 10% of the steps, then cosine down), ω = 1 (chapter "grokking core
 # inflation"). Fixed before the runs; only sizes change between presets, and the thresholds (thr_*) are the same.
-# ci: two seeds of a small model in ~3 min on one core; book: three seeds at p = 59 (d_model 64: Nanda's 128 does not
+# ci: one seed of the book's model, 2000 steps (~5 min on one core: a smaller model did not grok at ci); book: three seeds at p = 59 (d_model 64: Nanda's 128 does not
 #     fit ≤ 15 min on one core) for ≥ 5 τ_grok, and a 3 × 3 sweep of (ω, p); paper: Nanda et al.'s p = 113, for a GPU.
 _grok_thr = dict(thr_delay=3.0, thr_stay=0.9, thr_final=0.95, thr_crystal=1 / 3, thr_nec_over_suff=2.0,
                  thr_unit=0.05, thr_unit_ratio=1 / 3, thr_snap=1.5, thr_freq_tol=0.25, thr_inflate=2.0,
                  thr_suff_flat=0.5, stable_window=50)
 register("grokking",
-    ci=dict(p=31, train_frac=0.5, n_layers=2, d_model=32, n_heads=4, d_mlp=128, lr=3e-3, weight_decay=1.0,
-            pct_start=0.1, seeds=(0, 1), steps=1500, log_every=10, snapshot_every=50, checkpoint_every=500,
-            n_analyse=6, sweep_omegas=(2.0, 4.0), sweep_ps=(23, 31), sweep_seeds=(0,), sweep_max_steps=150,
+    ci=dict(p=59, train_frac=0.5, n_layers=2, d_model=64, n_heads=4, d_mlp=256, lr=3e-3, weight_decay=1.0,
+            pct_start=0.1, seeds=(0,), steps=2000, log_every=10, snapshot_every=50, checkpoint_every=500,
+            n_analyse=5, sweep_omegas=(2.0, 4.0), sweep_ps=(23, 31), sweep_seeds=(0,), sweep_max_steps=150,
             sweep_d_model=32, sweep_d_mlp=128, **_grok_thr),
     book=dict(p=59, train_frac=0.5, n_layers=2, d_model=64, n_heads=4, d_mlp=256, lr=3e-3, weight_decay=1.0,
               pct_start=0.1, seeds=(0, 1, 2), steps=3000, log_every=10, snapshot_every=50, checkpoint_every=500,

@@ -992,8 +992,8 @@ def _tobit(X: np.ndarray, y: np.ndarray, censored: np.ndarray) -> np.ndarray:
         b, s = theta[:-1], np.exp(theta[-1])
         z = (y - X @ b) / s
         return -(norm.logpdf(z[~censored]) - np.log(s)).sum() - norm.logsf(z[censored]).sum()
-    res = minimize(nll, np.r_[b0, np.log(s0)], method="Nelder-Mead",
-                   options=dict(maxiter=4000, xatol=1e-6, fatol=1e-9))
+    res = minimize(nll, np.r_[b0, np.log(s0)], method="L-BFGS-B",       # σ ≥ 1e-3: an exact fit stays finite
+                   bounds=[(None, None)] * X.shape[1] + [(np.log(1e-3), np.log(10.0))])
     return res.x[:-1]
 
 
