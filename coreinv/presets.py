@@ -168,23 +168,28 @@ register("markov",
                                     n_eval=1024, n_ace=256, n_op=4096) | _markov_thr)
 
 # %% ../nbs/00_presets.ipynb #c25f9b8d
-# grokking: a + b mod p, two-layer HookedTransformers, full-batch AdamW (chapter "grokking core inflation").
-# ci: the whole chapter in ~3 min on 2 shared cores (one short run that groks, a 2 × 2 sweep that mostly
-#     does not grok in its tiny budget); book: the main run to ~8 τ_grok and a 3 × 3 sweep of (ω, p),
-#     ≤ 30 min on 2 cores; paper: Nanda et al.'s p = 113 and a 5 × 5 × 3-seed sweep, for a GPU.
+# grokking: a + b mod p, two-layer HookedTransformers (LayerNorm), full-batch AdamW, betas (0.9, 0.98), lr 3e-3 with
+# a one-cycle schedule (warm-up over the first 10% of the steps, then cosine down), ω = 1 (chapter "grokking core
+# inflation"). Fixed before the runs; only sizes change between presets, and the thresholds (thr_*) are the same.
+# ci: one seed of the book's model, 2000 steps (~5 min on one core: a smaller model did not grok at ci); book: three seeds at p = 59 (d_model 64: Nanda's 128 does not
+#     fit ≤ 15 min on one core) for ≥ 5 τ_grok, and a 3 × 3 sweep of (ω, p); paper: Nanda et al.'s p = 113, for a GPU.
+_grok_thr = dict(thr_delay=3.0, thr_stay=0.9, thr_final=0.95, thr_crystal=1 / 3, thr_nec_over_suff=2.0,
+                 thr_unit=0.05, thr_unit_ratio=1 / 3, thr_snap=1.5, thr_freq_tol=0.25, thr_inflate=2.0,
+                 thr_suff_flat=0.5, stable_window=50)
 register("grokking",
-    ci=dict(p=31, train_frac=0.5, n_layers=2, d_model=32, n_heads=4, d_mlp=128, lr=3e-3, weight_decay=2.0,
-            seed=0, steps=800, log_every=10, snapshot_every=50, checkpoint_every=200, n_analyse=6,
-            sweep_omegas=(2.0, 4.0), sweep_ps=(23, 31), sweep_seeds=(0,), sweep_max_steps=150,
-            sweep_d_model=32, sweep_d_mlp=128),
-    book=dict(p=31, train_frac=0.5, n_layers=2, d_model=32, n_heads=4, d_mlp=128, lr=3e-3, weight_decay=2.0,
-              seed=0, steps=4000, log_every=10, snapshot_every=50, checkpoint_every=500, n_analyse=30,
-              sweep_omegas=(1.0, 2.0, 4.0), sweep_ps=(23, 31, 43), sweep_seeds=(0,), sweep_max_steps=1500,
-              sweep_d_model=32, sweep_d_mlp=128),
+    ci=dict(p=59, train_frac=0.5, n_layers=2, d_model=64, n_heads=4, d_mlp=256, lr=3e-3, weight_decay=1.0,
+            pct_start=0.1, seeds=(0,), steps=2000, log_every=10, snapshot_every=50, checkpoint_every=500,
+            n_analyse=5, sweep_omegas=(2.0, 4.0), sweep_ps=(23, 31), sweep_seeds=(0,), sweep_max_steps=150,
+            sweep_d_model=32, sweep_d_mlp=128, **_grok_thr),
+    book=dict(p=59, train_frac=0.5, n_layers=2, d_model=64, n_heads=4, d_mlp=256, lr=3e-3, weight_decay=1.0,
+              pct_start=0.1, seeds=(0, 1, 2), steps=3000, log_every=10, snapshot_every=50, checkpoint_every=500,
+              n_analyse=8, sweep_omegas=(1.0, 2.0, 4.0), sweep_ps=(23, 31, 43), sweep_seeds=(0,),
+              sweep_max_steps=1500, sweep_d_model=32, sweep_d_mlp=128, **_grok_thr),
     paper=dict(p=113, train_frac=0.3, n_layers=2, d_model=128, n_heads=4, d_mlp=512, lr=1e-3, weight_decay=1.0,
-               seed=0, steps=40000, log_every=50, snapshot_every=500, checkpoint_every=2000, n_analyse=40,
-               sweep_omegas=(0.3, 0.5, 1.0, 2.0, 3.0), sweep_ps=(53, 67, 83, 97, 113), sweep_seeds=(0, 1, 2),
-               sweep_max_steps=30000, sweep_d_model=128, sweep_d_mlp=512))
+               pct_start=0.1, seeds=(0, 1, 2), steps=40000, log_every=50, snapshot_every=500,
+               checkpoint_every=2000, n_analyse=40, sweep_omegas=(0.3, 0.5, 1.0, 2.0, 3.0),
+               sweep_ps=(53, 67, 83, 97, 113), sweep_seeds=(0, 1, 2), sweep_max_steps=30000, sweep_d_model=128,
+               sweep_d_mlp=512, **_grok_thr))
 
 # %% ../nbs/00_presets.ipynb #e4d3693d
 # agreement: the 1D agreement axis (paper A, result A3), small causal LMs of coreinv.lm trained here on the

@@ -35,6 +35,27 @@ RULES = {
         "markov.merge": lambda m, S: m["worst_aligned"] < m["worst_naive"],
         "markov.layernorm": lambda m, S: m["max_kl"] <= S["thr_kl"] and m["max_eig_error"] <= S["thr_eig"],
     },
+    "grokking": {
+        "grokking.groks": lambda m, S: min(m["tau_grok"]) > 0 and min(m["delay_ratio"]) >= S["thr_delay"],
+        "grokking.stays_grokked": lambda m, S: (min(m["share_above"]) >= S["thr_stay"]
+                                                and min(m["final_test_acc"]) >= S["thr_final"]),
+        "grokking.crystallises": lambda m, S: min(m["at_is_stable"]) == 1 and all(
+            a <= S["thr_crystal"] * b and n <= S["thr_nec_over_suff"] * a
+            for b, a, n in zip(m["suff_k_before"], m["suff_k_at"], m["nec_k_at"])),
+        "grokking.unit_circle": lambda m, S: min(m["after_is_stable"]) == 1 and all(
+            a <= S["thr_unit"] and a <= S["thr_unit_ratio"] * b for a, b in zip(m["after"], m["before"])),
+        "grokking.snap_at_grokking": lambda m, S: (min(m["snapped"]) == 1
+                                                   and max(m["snap_over_tau_grok"]) <= S["thr_snap"]),
+        "grokking.frequencies": lambda m, S: (
+            abs(m["tol_rad"] - S["thr_freq_tol"] * 2 * math.pi / S["p"]) < 1e-12
+            and min(m["n_key_freqs"]) >= 1 and min(m["n_planes"]) >= 1
+            and max(m["coverage_err_rad"] + m["rotation_err_rad"]) <= m["tol_rad"]),
+        "grokking.inflation": lambda m, S: all(
+            ne >= S["thr_inflate"] * na and abs(se - sa) <= S["thr_suff_flat"] * sa
+            for na, ne, sa, se in zip(m["nec_k_at"], m["nec_k_after"], m["suff_k_at"], m["suff_k_after"])),
+        "grokking.alpha": lambda m, S: m["ci95"][0] <= 1 <= m["ci95"][1] and (m["ci95"][0] > 0 or m["ci95"][1] < 0),
+        "grokking.beta": lambda m, S: m["ci95"][0] <= 1 <= m["ci95"][1] and (m["ci95"][0] > 0 or m["ci95"][1] < 0),
+    },
     "sae_gap": {
         "sae.model_ok": lambda m, S: (m["update_max_rel_dev"] <= S["thr_update"]
                                       and m["lm_loss"] <= S["thr_model"] * m["trigram_loss"]),

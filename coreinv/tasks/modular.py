@@ -25,11 +25,11 @@ from ..identify import fit_operator, operator_spectrum
 from ..train import TrainLog, _save_atomic, make_transformer, train
 
 # %% auto #0
-__all__ = ['ModularData', 'modular_data', 'answer_logits', 'answer_accuracy', 'evaluate', 'fourier_basis', 'frequency_power',
-           'active_frequencies', 'first_step', 'grokking_times', 'make_modular_model', 'train_modular', 'log_columns',
-           'participation_ratio', 'LayerCore', 'core_at', 'shift_operator', 'rotation_summary', 'pick_steps',
-           'CoreSnapshot', 'track_cores', 'column', 'row_at', 'core_layer', 'fit_scaling_law', 'predict_tau',
-           'grokking_sweep']
+__all__ = ['ModularData', 'modular_data', 'answer_forward', 'answer_logits', 'answer_accuracy', 'evaluate', 'fourier_basis',
+           'frequency_power', 'active_frequencies', 'code_frequencies', 'first_step', 'grokking_times', 'stable_steps',
+           'stays_grokked', 'make_modular_model', 'train_modular', 'log_columns', 'participation_ratio', 'LayerCore',
+           'core_at', 'shift_operator', 'rotation_summary', 'pick_steps', 'CoreSnapshot', 'operator_k', 'track_cores',
+           'column', 'row_at', 'row_after', 'core_layer', 'fit_scaling_law', 'predict_tau', 'grokking_sweep']
 
 # %% ../../nbs/22_tasks_modular.ipynb #3c36a1d2
 @dataclass(frozen=True)
@@ -103,8 +103,67 @@ def modular_data(p: int, train_frac: float, seed: int = 0) -> ModularData:
     return ModularData(p, tokens, labels, perm[:n_train].sort().values, perm[n_train:].sort().values)
 
 # %% ../../nbs/22_tasks_modular.ipynb #d696bb2c
+def _layer_norm(x: Tensor, ln) -> Tensor:
+    "TransformerLens's LayerNorm (centre, scale, then w and b when it has them), written out."
+    x = x - x.mean(-1, keepdim=True)
+    x = x / (x.pow(2).mean(-1, keepdim=True) + ln.eps).sqrt()
+    return x * ln.w + ln.b if hasattr(ln, "w") else x
+
+
+def answer_forward(model, tokens: Tensor) -> Tensor:
+    """The logits at the last (`=`) position only, from the `HookedTransformer`'s own weights, written out.
+
+    The same numbers as `model(tokens)[:, -1]` up to float rounding, faster for this task's three
+    tokens: attention is written out by hand for a context of 3, and the last layer is computed at
+    the `=` position only (its keys and values still come from all three positions). Used for
+    training and evaluation; hooks do not fire (the ACE analysis runs the `HookedTransformer` itself).
+
+    Parameters
+    ----------
+    model : HookedTransformer
+        Attention + MLP blocks, LayerNorm or none, ReLU or GELU, standard positional embeddings.
+    tokens : Tensor [batch, n_ctx]
+
+    Returns
+    -------
+    Tensor [batch, d_vocab_out]
+
+    Raises
+    ------
+    ValueError
+        If the model's configuration is one this forward does not write out (RMS norm, attention-only,
+        rotary positions, another activation).
+    """
+    cfg = model.cfg
+    if cfg.normalization_type not in ("LN", None) or cfg.attn_only or cfg.positional_embedding_type != "standard" \
+            or cfg.act_fn not in ("relu", "gelu"):
+        raise ValueError(f"answer_forward writes out LN/no-norm, attention+MLP, standard-position, relu/gelu "
+                         f"models; this one has normalization_type={cfg.normalization_type!r}, "
+                         f"attn_only={cfg.attn_only}, positional_embedding_type={cfg.positional_embedding_type!r}, "
+                         f"act_fn={cfg.act_fn!r}")
+    act = F.relu if cfg.act_fn == "relu" else F.gelu
+    norm = (lambda x, ln: _layer_norm(x, ln)) if cfg.normalization_type == "LN" else (lambda x, ln: x)
+    n = tokens.shape[1]
+    x = model.W_E[tokens] + model.W_pos[:n]                                 # [batch, n, d_model]
+    future = torch.ones(n, n, dtype=torch.bool, device=x.device).triu(1)    # [n, n] causal mask
+    for l, blk in enumerate(model.blocks):
+        last = l == cfg.n_layers - 1
+        at, h = blk.attn, norm(x, getattr(blk, "ln1", None))               # [batch, n, d_model]
+        q = torch.einsum("bpd,hde->bphe", h[:, -1:] if last else h, at.W_Q) + at.b_Q   # [batch, q, heads, d_head]
+        k = torch.einsum("bpd,hde->bphe", h, at.W_K) + at.b_K              # [batch, n, heads, d_head]
+        v = torch.einsum("bpd,hde->bphe", h, at.W_V) + at.b_V              # [batch, n, heads, d_head]
+        scores = torch.einsum("bqhe,bkhe->bhqk", q, k) / at.attn_scale      # [batch, heads, q, n]
+        if not last: scores = scores.masked_fill(future, float("-inf"))   # the `=` query sees all n
+        z = torch.einsum("bhqk,bkhe->bqhe", scores.softmax(-1), v)          # [batch, q, heads, d_head]
+        x = (x[:, -1:] if last else x) + torch.einsum("bqhe,hed->bqd", z, at.W_O) + at.b_O
+        h2 = norm(x, getattr(blk, "ln2", None))
+        x = x + act(h2 @ blk.mlp.W_in + blk.mlp.b_in) @ blk.mlp.W_out + blk.mlp.b_out
+    x = norm(x[:, -1], getattr(model, "ln_final", None))                    # [batch, d_model]
+    return x @ model.W_U + model.b_U                                         # [batch, d_vocab_out]
+
+
 def answer_logits(model, data: ModularData, rows: Tensor | None = None, batch_size: int = 4096) -> Tensor:
-    """Logits over the p residues at the `=` position, for `rows` of `data` (default: all p² pairs).
+    """Logits over the p residues at the `=` position, for `rows` of `data` (default: all p² pairs), by `answer_forward`.
 
     Parameters
     ----------
@@ -121,7 +180,7 @@ def answer_logits(model, data: ModularData, rows: Tensor | None = None, batch_si
     """
     toks = data.tokens if rows is None else data.tokens[rows]                # [batch, 3]
     dev = next(model.parameters()).device
-    outs = [model(toks[i:i + batch_size].to(dev))[:, -1, :data.p] for i in range(0, len(toks), batch_size)]
+    outs = [answer_forward(model, toks[i:i + batch_size].to(dev))[:, :data.p] for i in range(0, len(toks), batch_size)]
     return torch.cat(outs).float().cpu()                                     # [batch, p]
 
 
@@ -217,14 +276,20 @@ def frequency_power(W: Tensor) -> np.ndarray:
     return (power / power.sum()).numpy()                            # [p//2]
 
 
-def active_frequencies(power, rel: float = 0.1) -> list[int]:
-    """Frequencies f (1-based) whose power is ≥ `rel` × the largest, strongest first.
+def active_frequencies(power, times_uniform: float = 2.0) -> list[int]:
+    """Frequencies f (1-based) whose power share is ≥ `times_uniform` × the uniform share 1/len(power), strongest first.
+
+    A random embedding spreads its power evenly (each share ≈ 1/⌊p/2⌋, within a few 1/√d of it), so
+    it has no active frequency at the default 2× (`tests/test_modular.py` checks it); a grokked
+    embedding puts most of its power on a few key frequencies. (A rule relative to the largest
+    share, such as "≥ 10% of the top", calls every frequency of a random embedding active.)
 
     Parameters
     ----------
     power : array [p // 2]
-        `frequency_power`'s result.
-    rel : float in (0, 1]
+        `frequency_power`'s result (shares summing to 1).
+    times_uniform : float > 1
+        The threshold as a multiple of the uniform share.
 
     Returns
     -------
@@ -233,13 +298,42 @@ def active_frequencies(power, rel: float = 0.1) -> list[int]:
     Raises
     ------
     ValueError
-        If `rel` is not in (0, 1].
+        If `times_uniform` is not > 1.
     """
     power = np.asarray(power, dtype=np.float64)
-    if not 0 < rel <= 1:
-        raise ValueError(f"rel must be in (0, 1], got {rel}")
-    idx = np.flatnonzero(power >= rel * power.max())
+    if not times_uniform > 1:
+        raise ValueError(f"times_uniform must be > 1 (1 is the uniform share), got {times_uniform}")
+    idx = np.flatnonzero(power >= times_uniform * power.sum() / power.size)
     return [int(i) + 1 for i in idx[np.argsort(-power[idx], kind="stable")]]
+
+
+def code_frequencies(Z: Tensor, p: int, times_uniform: float = 2.0) -> list[int]:
+    """The active frequencies (`active_frequencies`) of a code `Z` [p*p, k] as a function of a (row a*p + b).
+
+    The power of each column along a, summed over b and over the columns: the frequencies found in
+    the core's coordinates, as opposed to the embedding's.
+
+    Parameters
+    ----------
+    Z : Tensor [p*p, k]
+    p : int
+    times_uniform : float
+
+    Returns
+    -------
+    list of int
+
+    Raises
+    ------
+    ValueError
+        If `Z` is not [p*p, k].
+    """
+    Z = torch.as_tensor(Z).detach().to("cpu", torch.float64)
+    if Z.ndim != 2 or Z.shape[0] != p * p:
+        raise ValueError(f"Z must be [p*p, k] = [{p * p}, k] with row a*p+b, got {tuple(Z.shape)}")
+    W = Z.reshape(p, p * Z.shape[1])                               # [p (a), p*k]: a's row holds every b
+    return active_frequencies(frequency_power(W), times_uniform)
+
 
 # %% ../../nbs/22_tasks_modular.ipynb #5f8a4df4
 def first_step(steps, values, level: float) -> int | None:
@@ -297,6 +391,59 @@ def grokking_times(log: dict, test_level: float = 0.95) -> dict:
     ratio = None if fit is None or grok is None else (grok - fit) / max(fit, 1)
     return {"tau_fit": fit, "tau_grok": grok, "delay_ratio": ratio}
 
+
+def stable_steps(log: dict, window: int, level: float = 0.95, column: str = "test_acc") -> np.ndarray:
+    """For each logged step, whether `column` stays ≥ `level` at every logged step within ± `window` of it.
+
+    Parameters
+    ----------
+    log : dict
+        Columns `step` and `column` (e.g. `log_columns(log)`).
+    window : int
+        Half-width of the window in steps (≥ 0).
+    level : float
+    column : str
+
+    Returns
+    -------
+    ndarray of bool [len(log["step"])]
+
+    Raises
+    ------
+    ValueError
+        If a column is missing or `window` is negative.
+    """
+    for key in ("step", column):
+        if key not in log:
+            raise ValueError(f"log needs a {key!r} list; it has {sorted(log)}")
+    if window < 0:
+        raise ValueError(f"window must be ≥ 0 steps, got {window}")
+    st, ok = np.asarray(log["step"], dtype=float), np.asarray(log[column], dtype=float) >= level
+    return np.array([ok[np.abs(st - s) <= window].all() for s in st])
+
+
+def stays_grokked(log: dict, tau_grok: int | None, level: float = 0.95) -> dict:
+    """How well a run holds its solution after τ_grok: the share of logged steps after it at ≥ `level`.
+
+    Parameters
+    ----------
+    log : dict
+        Columns `step` and `test_acc`.
+    tau_grok : int or None
+    level : float
+
+    Returns
+    -------
+    dict
+        `share_above` (None without τ_grok or later rows), `min_test_acc` after τ_grok and
+        `final_test_acc`.
+    """
+    st, acc = np.asarray(log["step"], dtype=float), np.asarray(log["test_acc"], dtype=float)
+    post = st > tau_grok if tau_grok is not None else np.zeros(st.shape, bool)
+    return {"share_above": float((acc[post] >= level).mean()) if post.any() else None,
+            "min_test_acc": float(acc[post].min()) if post.any() else None,
+            "final_test_acc": float(acc[-1])}
+
 # %% ../../nbs/22_tasks_modular.ipynb #f0f03b22
 def make_modular_model(p: int, n_layers: int = 2, d_model: int = 128, n_heads: int = 4, d_mlp: int = 512,
                        seed: int = 0, normalization_type: str | None = "LN", device="cpu"):
@@ -323,11 +470,12 @@ def make_modular_model(p: int, n_layers: int = 2, d_model: int = 128, n_heads: i
 
 
 def train_modular(model, data: ModularData, steps: int, *, lr: float = 3e-3, weight_decay: float = 1.0,
-                  betas: tuple[float, float] = (0.9, 0.98), seed: int = 0, log_every: int = 10,
+                  betas: tuple[float, float] = (0.9, 0.98), schedule: str = "constant", pct_start: float = 0.3,
+                  seed: int = 0, log_every: int = 10,
                   snapshot_every: int | None = None, checkpoint_dir: str | Path | None = None,
                   checkpoint_every: int | None = None, stop_at: float | None = None, threads: int | None = 1,
                   progress: bool = True, desc: str = "grokking") -> tuple[TrainLog, dict[int, dict]]:
-    """Full-batch AdamW on `data.train` (via `coreinv.train.train`); returns (log, {step: state_dict}).
+    """Full-batch AdamW on `data.train` (via `coreinv.train.train`, loss by `answer_forward`); returns (log, {step: state_dict}).
 
     Parameters
     ----------
@@ -335,8 +483,9 @@ def train_modular(model, data: ModularData, steps: int, *, lr: float = 3e-3, wei
         Trained in place (`make_modular_model`).
     data : ModularData
     steps : int
-    lr, weight_decay, betas, seed, log_every, checkpoint_dir, checkpoint_every, threads, progress, desc
-        As in `coreinv.train.train`.
+    lr, weight_decay, betas, schedule, pct_start, seed, log_every, checkpoint_dir, checkpoint_every, threads, progress, desc
+        As in `coreinv.train.train` (`schedule="onecycle"`: warm up for `pct_start` of the steps, then cosine
+        down to ~0).
     snapshot_every : int, optional
         Keep a copy of the weights every `snapshot_every` steps (and at step 0).
     stop_at : float, optional
@@ -368,8 +517,8 @@ def train_modular(model, data: ModularData, steps: int, *, lr: float = 3e-3, wei
 
     dev = next(model.parameters()).device
     log = train(model, lambda gen: (x.to(dev), y.to(dev)),
-                lambda m, b: F.cross_entropy(m(b[0])[:, -1, :data.p], b[1]), steps,
-                lr=lr, betas=betas, weight_decay=weight_decay, seed=seed,
+                lambda m, b: F.cross_entropy(answer_forward(m, b[0])[:, :data.p], b[1]), steps,
+                lr=lr, betas=betas, schedule=schedule, pct_start=pct_start, weight_decay=weight_decay, seed=seed,
                 eval_fn=lambda m: evaluate(m, data), callback=callback, log_every=log_every,
                 checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, threads=threads,
                 progress=progress, desc=desc)
@@ -425,7 +574,7 @@ class LayerCore:
     test_acc : float
         The intact model's test accuracy.
     ace_dims, pca_dims : CoreDims
-        The smallest sufficient and necessary k of the ACE and PCA cores.
+        The smallest sufficient and necessary k of the ACE and PCA cores, scored on `split`.
     ace_sv : ndarray [rank]
         ACE's singular values.
     pca_sv : ndarray [min(p*p, d_model)]
@@ -434,6 +583,10 @@ class LayerCore:
         The fitted ACE (None in `track_cores`'s rows).
     acts : Tensor [p*p, d_model] or None
         The activations at the `=` position (None in `track_cores`'s rows).
+    split : str
+        The split the ablations were scored on ("train" or "test").
+    score_acc : float or None
+        The intact model's accuracy on `split`.
     ace_pr, pca_pr : float
         Participation ratios of the two spectra (properties).
     """
@@ -445,6 +598,8 @@ class LayerCore:
     pca_sv: np.ndarray                  # [min(p*p, d_model)] singular values of the centred activations
     ace: ACE | None = None              # the fitted ACE (None once `track_cores` has used it)
     acts: Tensor | None = None          # [p*p, d_model] activations at the `=` position
+    split: str = "test"                 # the split the ablations were scored on
+    score_acc: float | None = None      # intact accuracy on `split`
 
     @property
     def ace_pr(self) -> float: return participation_ratio(self.ace_sv)
@@ -453,7 +608,8 @@ class LayerCore:
 
     def summary(self) -> dict:
         "The numbers, JSON-friendly (k = None: more than the largest k tried)."
-        return dict(hook=self.hook, test_acc=self.test_acc, ace_pr=self.ace_pr, pca_pr=self.pca_pr,
+        return dict(hook=self.hook, test_acc=self.test_acc, split=self.split, score_acc=self.score_acc,
+                    ace_pr=self.ace_pr, pca_pr=self.pca_pr,
                     **{f"{name}_{what}": getattr(d, attr) for name, d in (("ace", self.ace_dims), ("pca", self.pca_dims))
                        for what, attr in (("suff", "k_sufficient"), ("nec", "k_necessary"))},
                     ace_kmax=self.ace_dims.ks[-1], pca_kmax=self.pca_dims.ks[-1])
@@ -466,27 +622,39 @@ def _answer_logprobs(p: int):
 
 
 def core_at(model, data: ModularData, hook: str, level_suff: float = 0.95, level_nec: float | None = None,
-            k_max: int | None = None) -> LayerCore:
+            k_max: int | None = None, split: str = "test") -> LayerCore:
     """ACE and PCA cores at the `=` position of `hook`, with their smallest sufficient and necessary k.
 
     Parameters
     ----------
     model : HookedTransformer
     data : ModularData
-        ACE is fitted on all p² pairs; the ablations are scored on the test split.
+        ACE is fitted on all p² pairs; the ablations are scored on the `split` pairs.
     hook : str
         A TransformerLens hook name, e.g. `blocks.1.hook_resid_post`.
     level_suff : float
-        Sufficient: keeping the core leaves test accuracy ≥ `level_suff` × the intact accuracy.
+        Sufficient: keeping the core keeps `level_suff` of the intact accuracy's margin over chance,
+        accuracy ≥ 1/p + `level_suff` × (intact − 1/p). (Against the raw accuracy, a model at chance
+        would make every k "sufficient".)
     level_nec : float, optional
-        Necessary: removing the core drops test accuracy to ≤ `level_nec` (default 2/p, twice chance).
+        Necessary: removing the core drops accuracy to ≤ `level_nec` (default 2/p, twice chance).
     k_max : int, optional
         The largest k tried (default: ACE's rank, and d_model for PCA).
+    split : {"test", "train"}
+        Where the ablations are scored: "train" reads the core of whatever the model does on its
+        training pairs, memorised or not; "test" only what generalises.
 
     Returns
     -------
     LayerCore
+
+    Raises
+    ------
+    ValueError
+        If `split` is not "train" or "test".
     """
+    if split not in ("train", "test"):
+        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
     level_nec = 2 / data.p if level_nec is None else level_nec
     model.eval()
     dev = next(model.parameters()).device
@@ -494,17 +662,21 @@ def core_at(model, data: ModularData, hook: str, level_suff: float = 0.95, level
     ace = ACE(method="jvp").fit_hook(model, toks, hook, readout=_answer_logprobs(data.p), pos=-1,
                                       progress=False)  # one bar: the caller's
     acts = record_activation(model, hook, toks)[0][:, -1].cpu()      # [p*p, d_model]
-    evaluate = hook_evaluator(model, hook, data.tokens[data.test].to(dev), answer_accuracy(data.p), pos=-1)
+    rows = data.test if split == "test" else data.train
+    evaluate = hook_evaluator(model, hook, data.tokens[rows].to(dev), answer_accuracy(data.p), pos=-1)
     intact = evaluate(None)
+    test_acc = intact if split == "test" else hook_evaluator(model, hook, data.tokens[data.test].to(dev),
+                                                             answer_accuracy(data.p), pos=-1)(None)
     pca_sv = torch.linalg.svdvals(acts.double() - acts.double().mean(0))   # [min(p*p, d)]
     dims = {}
     for name, cores, rank in (("ace", ace.core, ace.rank_), ("pca", lambda k: pca_core(acts, k), acts.shape[1])):
         top = rank if k_max is None else min(rank, k_max)
-        dims[name] = core_dims(evaluate, cores, range(1, top + 1), intact, 1 / data.p, level_suff * intact,
+        dims[name] = core_dims(evaluate, cores, range(1, top + 1), intact, 1 / data.p,
+                               1 / data.p + level_suff * (intact - 1 / data.p),
                                level_nec, thresholds="raw", higher_is_better=True, search="bisect",
                                progress=False)
-    return LayerCore(hook, intact, dims["ace"], dims["pca"], ace.singular_values_.numpy(), pca_sv.numpy(),
-                     ace, acts)
+    return LayerCore(hook, test_acc, dims["ace"], dims["pca"], ace.singular_values_.numpy(), pca_sv.numpy(),
+                     ace, acts, split, intact)
 
 # %% ../../nbs/22_tasks_modular.ipynb #e434b8e5
 def shift_operator(Z: Tensor, p: int, ridge: float = 0.0) -> Tensor:
@@ -554,7 +726,9 @@ def rotation_summary(eigvals, p: int, freqs) -> dict:
         `unit_dev` (mean ||λ| − 1|), `n_planes` (conjugate pairs), `angle_err` (the largest angle error
         once the planes are matched to the strongest frequencies, and the extra planes to their nearest;
         NaN without planes or frequencies), `coverage_err` (the largest over `freqs` of the distance to
-        the nearest angle) and `angle_err_by_f`.
+        the nearest angle: every key frequency has a rotation), `rotation_err` (the largest over the
+        planes of the distance to the nearest 2πf/p of `freqs`: every rotation is a key frequency; NaN
+        without planes or frequencies) and `angle_err_by_f`.
 
     Raises
     ------
@@ -575,8 +749,11 @@ def rotation_summary(eigvals, p: int, freqs) -> dict:
         r, c = linear_sum_assignment(cost)
         left = np.setdiff1d(np.arange(planes.size), r)                  # planes beyond the key frequencies
         err = float(max(cost[r, c].max(), cost[left].min(1).max() if left.size else 0.0))
+    rot_err = (float(np.abs(np.abs(planes)[:, None] - 2 * np.pi * np.array(freqs)[None, :] / p).min(1).max())
+               if planes.size and freqs else float("nan"))
     return {"unit_dev": float(np.abs(np.abs(ev) - 1).mean()), "n_planes": int(planes.size),
             "angle_err": err, "coverage_err": max(per_f.values()) if per_f else float("nan"),
+            "rotation_err": rot_err,
             "angle_err_by_f": per_f}
 
 # %% ../../nbs/22_tasks_modular.ipynb #1043d94c
@@ -619,17 +796,22 @@ class CoreSnapshot:
     ----------
     step : int
     key_freqs : list of int
-        Active Fourier frequencies of the embedding, strongest first.
+        Active Fourier frequencies of the embedding (`active_frequencies`), strongest first.
     power : ndarray [p // 2]
         Share of the embedding's power per frequency.
     cores : list of LayerCore
         One per layer (without the fitted ACE and activations).
     rot_k : list of int
-        Per layer: the core dimension the shift operator was fitted in.
+        Per layer: the dimension the shift operator was fitted in, 2m for the m frequencies found in
+        the core (`code_frequencies` of the sufficient core's code); the sufficient k when none is found.
     eigvals : list of ndarray
         Per layer: the shift operator's eigenvalues [rot_k].
     rotations : list of dict
-        Per layer: `rotation_summary`.
+        Per layer: `rotation_summary` against the embedding's key frequencies.
+    core_freqs : list of list of int
+        Per layer: the frequencies found in the core's code.
+    dev_by_k : list of ndarray
+        Per layer: mean ||λ| − 1| of the operator fitted in the top k ACE directions, k = 1, 2, ...
     n_active : int
         Number of key frequencies (a property).
     """
@@ -640,6 +822,8 @@ class CoreSnapshot:
     rot_k: list[int]                    # per layer: the core dimension the operator was fitted in
     eigvals: list[np.ndarray]           # per layer: [rot_k] the shift operator's eigenvalues
     rotations: list[dict]               # per layer: `rotation_summary`
+    core_freqs: list[list[int]] = None  # per layer: frequencies found in the core's code
+    dev_by_k: list[np.ndarray] = None   # per layer: [k_sweep] mean ||λ|−1| at k = 1, 2, ...
 
     @property
     def n_active(self) -> int: return len(self.key_freqs)
@@ -647,12 +831,38 @@ class CoreSnapshot:
     def summary(self) -> dict:
         "The numbers, JSON-friendly (no spectra)."
         return dict(step=self.step, n_active=self.n_active, key_freqs=self.key_freqs,
-                    layers=[dict(c.summary(), rot_k=k, **{n: v for n, v in r.items() if n != "angle_err_by_f"})
-                            for c, k, r in zip(self.cores, self.rot_k, self.rotations)])
+                    layers=[dict(c.summary(), rot_k=k, core_freqs=f,
+                                 eig_abs=np.round(np.abs(e), 4).tolist(),
+                                 **{n: v for n, v in r.items() if n != "angle_err_by_f"})
+                            for c, k, r, f, e in zip(self.cores, self.rot_k, self.rotations,
+                                                     self.core_freqs or [None] * len(self.cores), self.eigvals)])
+
+
+def operator_k(n_freqs: int, k_sufficient: int | None, rank: int) -> int:
+    """The dimension to fit the shift operator in: 2m for m frequencies in the core (capped at `rank`).
+
+    An odd k splits a rotation plane and adds a stray real eigenvalue; 2m holds one plane per
+    frequency. Without a frequency in the core it falls back to the sufficient k (or `rank`).
+
+    Parameters
+    ----------
+    n_freqs : int
+        m, the number of frequencies found in the core's code.
+    k_sufficient : int or None
+    rank : int
+        ACE's rank.
+
+    Returns
+    -------
+    int
+    """
+    if n_freqs > 0: return max(1, min(2 * n_freqs, rank))
+    return min(k_sufficient or rank, rank)
 
 
 def track_cores(model, snapshots: dict, data: ModularData, hooks: list[str] | None = None,
-                rel: float = 0.1, progress: bool = True) -> list[CoreSnapshot]:
+                times_uniform: float = 2.0, split: str = "train", k_sweep: int = 24,
+                progress: bool = True) -> list[CoreSnapshot]:
     """Core dims, participation ratios, Fourier frequencies and the shift operator's spectrum at each snapshot.
 
     Parameters
@@ -664,8 +874,12 @@ def track_cores(model, snapshots: dict, data: ModularData, hooks: list[str] | No
     data : ModularData
     hooks : list of str, optional
         One per layer (default: every `blocks.{l}.hook_resid_post`).
-    rel : float
-        A frequency is active when its power is ≥ `rel` × the largest (`active_frequencies`).
+    times_uniform : float
+        The active-frequency threshold (`active_frequencies`), for the embedding and the core's code.
+    split : {"train", "test"}
+        Where the ablations are scored (`core_at`).
+    k_sweep : int
+        `dev_by_k` is measured for k = 1..min(k_sweep, rank).
     progress : bool
 
     Returns
@@ -678,14 +892,21 @@ def track_cores(model, snapshots: dict, data: ModularData, hooks: list[str] | No
     for step, sd in tqdm(snapshots.items(), desc="cores", disable=not progress, leave=False):
         m.load_state_dict(sd); m.eval()
         power = frequency_power(m.W_E[:data.p])                         # [p//2]
-        keys = active_frequencies(power, rel)
-        row = CoreSnapshot(int(step), keys, power, [], [], [], [])
+        keys = active_frequencies(power, times_uniform)
+        row = CoreSnapshot(int(step), keys, power, [], [], [], [], [], [])
         for hook in hooks:
-            r = core_at(m, data, hook)
-            k = r.ace_dims.k_sufficient or r.ace.rank_
-            ev = operator_spectrum(shift_operator(r.ace.transform(r.acts, k), data.p))
-            row.cores.append(LayerCore(r.hook, r.test_acc, r.ace_dims, r.pca_dims, r.ace_sv, r.pca_sv))
+            r = core_at(m, data, hook, split=split)
+            rank = r.ace.rank_
+            freqs = code_frequencies(r.ace.transform(r.acts, r.ace_dims.k_sufficient or rank), data.p, times_uniform)
+            k = operator_k(len(freqs), r.ace_dims.k_sufficient, rank)
+            Z = r.ace.transform(r.acts, min(max(k, k_sweep), rank))                     # [p*p, K]
+            ev = operator_spectrum(shift_operator(Z[:, :k], data.p))
+            dev = [float(np.abs(np.abs(operator_spectrum(shift_operator(Z[:, :j], data.p))) - 1).mean())
+                   for j in range(1, min(k_sweep, rank) + 1)]
+            row.cores.append(LayerCore(r.hook, r.test_acc, r.ace_dims, r.pca_dims, r.ace_sv, r.pca_sv,
+                                       split=r.split, score_acc=r.score_acc))
             row.rot_k.append(k); row.eigvals.append(ev); row.rotations.append(rotation_summary(ev, data.p, keys))
+            row.core_freqs.append(freqs); row.dev_by_k.append(np.array(dev))
         rows.append(row)
     return rows
 
@@ -725,6 +946,23 @@ def row_at(rows: list[CoreSnapshot], step: int | None) -> CoreSnapshot | None:
     return min(rows, key=lambda r: abs(r.step - step))
 
 
+def row_after(rows: list[CoreSnapshot], step: int | None) -> CoreSnapshot | None:
+    """The first row at or after `step` (None if `step` is None or no row is that late).
+
+    Parameters
+    ----------
+    rows : list of CoreSnapshot
+        In step order.
+    step : int or None
+
+    Returns
+    -------
+    CoreSnapshot or None
+    """
+    if step is None: return None
+    return next((r for r in rows if r.step >= step), None)
+
+
 def core_layer(row: CoreSnapshot) -> int:
     """The layer whose sufficient ACE core is smallest in `row` (None counts as k_max + 1; ties: the later layer).
 
@@ -743,6 +981,22 @@ def core_layer(row: CoreSnapshot) -> int:
 
 
 # %% ../../nbs/22_tasks_modular.ipynb #0b34aeee
+def _tobit(X: np.ndarray, y: np.ndarray, censored: np.ndarray) -> np.ndarray:
+    "Maximum-likelihood coefficients of y = X b + σ ε, ε ~ N(0, 1), with `censored` rows known only as > y."
+    from scipy.optimize import minimize
+    from scipy.stats import norm
+    b0 = np.linalg.lstsq(X, y, rcond=None)[0]
+    s0 = max(float(np.std(y - X @ b0)), 0.05)
+
+    def nll(theta):
+        b, s = theta[:-1], np.exp(theta[-1])
+        z = (y - X @ b) / s
+        return -(norm.logpdf(z[~censored]) - np.log(s)).sum() - norm.logsf(z[censored]).sum()
+    res = minimize(nll, np.r_[b0, np.log(s0)], method="L-BFGS-B",       # σ ≥ 1e-3: an exact fit stays finite
+                   bounds=[(None, None)] * X.shape[1] + [(np.log(1e-3), np.log(10.0))])
+    return res.x[:-1]
+
+
 def fit_scaling_law(omega, p, tau, censored=None, how: str = "budget", n_boot: int = 2000,
                     seed: int = 0, ci: float = 0.95) -> dict:
     """Least-squares fit of log τ = c − α log ω − β log p, with percentile bootstrap intervals.
@@ -753,8 +1007,9 @@ def fit_scaling_law(omega, p, tau, censored=None, how: str = "budget", n_boot: i
         Weight decay, modulus and τ_grok of each run (positive).
     censored : array of bool, optional
         Runs that did not grok (their τ is the step budget).
-    how : {"budget", "drop"}
-        Fit censored runs at their budget, or leave them out.
+    how : {"budget", "drop", "tobit"}
+        Fit censored runs at their budget, leave them out, or treat them as right-censored: a Tobit
+        (censored normal) likelihood on log τ, in which a censored run says only "τ > budget".
     n_boot : int
         Bootstrap resamples of the runs (those that cannot determine the fit are skipped).
     seed : int
@@ -778,8 +1033,8 @@ def fit_scaling_law(omega, p, tau, censored=None, how: str = "budget", n_boot: i
     if not (omega.shape == p.shape == tau.shape == censored.shape):
         raise ValueError(f"omega, p, tau, censored must have one entry per run, got sizes "
                          f"{omega.size}, {p.size}, {tau.size}, {censored.size}")
-    if how not in ("budget", "drop"):
-        raise ValueError(f"how must be 'budget' or 'drop', got {how!r}")
+    if how not in ("budget", "drop", "tobit"):
+        raise ValueError(f"how must be 'budget', 'drop' or 'tobit', got {how!r}")
     if (omega <= 0).any() or (p <= 0).any() or (tau <= 0).any():
         raise ValueError("omega, p and tau must all be positive to take logs")
     keep = ~censored if how == "drop" else np.ones(tau.shape, bool)
@@ -788,12 +1043,18 @@ def fit_scaling_law(omega, p, tau, censored=None, how: str = "budget", n_boot: i
     if np.linalg.matrix_rank(X) < 3:
         raise ValueError(f"{keep.sum()} runs with {np.unique(omega[keep]).size} ω value(s) and "
                          f"{np.unique(p[keep]).size} p value(s) cannot determine c, α and β")
-    coef = np.linalg.lstsq(X, y, rcond=None)[0]
+    cens_kept = censored[keep]
+    if how == "tobit" and (~cens_kept).sum() < 2:
+        raise ValueError(f"a censored fit needs at least 2 runs that grokked, got {(~cens_kept).sum()}")
+    solve = ((lambda X, y, c: _tobit(X, y, c)) if how == "tobit"
+             else (lambda X, y, c: np.linalg.lstsq(X, y, rcond=None)[0]))
+    coef = solve(X, y, cens_kept)
     rng, boots, skipped = np.random.default_rng(seed), [], 0
     for _ in range(n_boot):
         i = rng.integers(0, len(y), len(y))
-        if np.linalg.matrix_rank(X[i]) < 3: skipped += 1; continue
-        boots.append(np.linalg.lstsq(X[i], y[i], rcond=None)[0])
+        if np.linalg.matrix_rank(X[i]) < 3 or (how == "tobit" and (~cens_kept[i]).sum() < 2):
+            skipped += 1; continue
+        boots.append(solve(X[i], y[i], cens_kept[i]))
     boots = np.array(boots).reshape(-1, 3)
     q = [(1 - ci) / 2 * 100, (1 + ci) / 2 * 100]
     lo_hi = np.percentile(boots, q, axis=0).T if len(boots) else np.full((3, 2), np.nan)
@@ -847,7 +1108,9 @@ def grokking_sweep(omegas, ps, seeds=(0,), *, max_steps: int, train_frac: float 
     -------
     list of dict
         `omega`, `p`, `seed`, `tau_fit`, `tau_grok`, `censored` (did not grok), `tau` (τ_grok, or
-        `max_steps` when censored), `steps_run` and `wall_s`.
+        `max_steps` when censored), `no_fit_first` (reached `level` on the test split before, or
+        without, fitting the training set: not grokking, to keep out of a scaling fit), `steps_run`
+        and `wall_s`.
 
     Raises
     ------
@@ -866,5 +1129,7 @@ def grokking_sweep(omegas, ps, seeds=(0,), *, max_steps: int, train_frac: float 
         rows.append({"omega": float(w), "p": int(p), "seed": int(s), "tau_fit": t["tau_fit"],
                      "tau_grok": t["tau_grok"], "censored": t["tau_grok"] is None,
                      "tau": t["tau_grok"] if t["tau_grok"] is not None else max_steps,
+                     "no_fit_first": t["tau_grok"] is not None and (t["tau_fit"] is None
+                                                                   or t["tau_fit"] > t["tau_grok"]),
                      "steps_run": int(log_columns(log)["step"][-1]), "wall_s": round(time.time() - t0, 1)})
     return rows
