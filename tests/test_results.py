@@ -20,6 +20,10 @@ def test_paper_values_are_complete():
         assert {"claim", "paper", "source"} <= set(v), cid
 
 
+# a chapter's claim ids start with its name, or with the prefix its issue gave them
+CLAIM_PREFIX = {"sae_gap": "sae"}
+
+
 @pytest.mark.parametrize("preset, chapter", COMMITTED)
 def test_committed_results(preset, chapter):
     res = load_results(preset, REPO / "results")[chapter]
@@ -28,7 +32,7 @@ def test_committed_results(preset, chapter):
     assert res["claims"], "a results file without claims"
     for c in res["claims"]:
         assert set(c) == {"id", "claim", "paper", "measured", "threshold", "passed", "required"}
-        assert c["id"] in PAPER and c["id"].startswith(chapter + "."), c["id"]
+        assert c["id"] in PAPER and c["id"].startswith(CLAIM_PREFIX.get(chapter, chapter) + "."), c["id"]
         assert c["claim"] == PAPER[c["id"]]["claim"], f"{c['id']}: claim text differs from paper_values.json"
         assert isinstance(c["passed"], bool)
         assert not (c["required"] and not c["passed"]), f"required claim {c['id']} failed"
