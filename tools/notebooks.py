@@ -149,11 +149,15 @@ def publish(cache: Path, results: Path) -> None:
     jc = get_cache(cache)
     for path in notebooks():
         nb = nbformat.read(path, as_version=4)
-        try:
-            _, merged = jc.merge_match_into_notebook(nb)
+        had_skip = [SKIP_TAG in c.get("metadata", {}).get("tags", []) for c in nb.cells]
+        try:   # the cache holds the notebook as the book read it: `gpu` cells tagged to skip
+            _, merged = jc.merge_match_into_notebook(mark_gpu_cells(nb))
         except KeyError:
             print(f"skip {path.relative_to(REPO)}: not in the book's cache (not in _toc.yml?)")
             continue
+        for cell, had in zip(merged.cells, had_skip):   # the skip tag is the book's, not the notebook's
+            if not had and SKIP_TAG in cell.get("metadata", {}).get("tags", []):
+                cell.metadata["tags"] = [t for t in cell.metadata["tags"] if t != SKIP_TAG]
         nbformat.write(merged, path)
         fix(path)
         print(f"outputs  {path.relative_to(REPO)}")
