@@ -19,6 +19,28 @@ def run(cmd, cwd=REPO, env=None, timeout=900):
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
+# Prepended to the scripts `hash_in_fresh_process` runs: a hash of a model's weights (and more bytes).
+_STATE_HASH = """import hashlib, sys
+def state_hash(model, *extra: bytes) -> str:
+    h = hashlib.sha256()
+    for name, t in sorted(model.state_dict().items()):
+        h.update(name.encode()); h.update(t.detach().cpu().contiguous().numpy().tobytes())
+    for x in extra:
+        h.update(x)
+    return h.hexdigest()
+"""
+
+
+def hash_in_fresh_process(script: str, seed: int) -> str:
+    """Run `script` (which trains with seed `sys.argv[1]` and prints `state_hash(...)`) in a new Python
+    process on this checkout's coreinv; return the hash it printed (for determinism across processes)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    r = subprocess.run([sys.executable, "-c", _STATE_HASH + script, str(seed)], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r.stdout.strip().splitlines()[-1]
+
+
 def make_notebook(path: Path, cells) -> Path:
     "Write a notebook from (kind, source, tags) triples."
     nb = nbformat.v4.new_notebook()

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import coreinv.tasks.modular as mod
+from helpers import hash_in_fresh_process
 from coreinv.identify import operator_spectrum
 from coreinv.tasks.modular import (active_frequencies, answer_forward, code_frequencies, core_at, fit_scaling_law,
                                    frequency_power, log_columns, make_modular_model, modular_data, operator_k,
@@ -234,34 +235,18 @@ def test_paper_preset_dry_run():
     assert np.isfinite([fit["alpha"], fit["beta"]]).all()
 
 
-_TRAIN = """import hashlib, json, sys, torch
+_TRAIN = """import json
 from coreinv.tasks.modular import log_columns, make_modular_model, modular_data, train_modular
 seed = int(sys.argv[1])
 data = modular_data(11, 0.5, seed=seed)
 model = make_modular_model(11, n_layers=2, d_model=32, n_heads=4, d_mlp=64, seed=seed)
 log, _ = train_modular(model, data, 30, lr=3e-3, weight_decay=1.0, schedule="onecycle", pct_start=0.1,
                        seed=seed, log_every=10, progress=False)
-h = hashlib.sha256()
-for name, t in sorted(model.state_dict().items()):
-    h.update(name.encode()); h.update(t.detach().cpu().contiguous().numpy().tobytes())
-h.update(json.dumps(log_columns(log)["test_acc"].tolist()).encode())
-print(h.hexdigest())"""
-
-
-def _train_hash(seed: int) -> str:
-    import os
-    import subprocess
-    import sys
-    from helpers import REPO
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    r = subprocess.run([sys.executable, "-c", _TRAIN, str(seed)], env=env, capture_output=True, text=True,
-                       timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return r.stdout.strip().splitlines()[-1]
+print(state_hash(model, json.dumps(log_columns(log)["test_acc"].tolist()).encode()))"""
 
 
 def test_two_processes_train_identical_grokking_models():
     "Results repeat: two fresh processes with one seed end with bit-identical weights and logs; another seed does not."
-    a, b, other = _train_hash(3), _train_hash(3), _train_hash(4)
+    a, b, other = (hash_in_fresh_process(_TRAIN, seed) for seed in (3, 3, 4))
     assert len(a) == 64 and a == b
     assert other != a
