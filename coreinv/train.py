@@ -8,9 +8,12 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import multiprocessing
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +26,7 @@ from tqdm import tqdm
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 # %% auto #0
-__all__ = ['CHECKPOINT_NAME', 'make_transformer', 'TrainLog', 'checkpoint_key', 'train']
+__all__ = ['CHECKPOINT_NAME', 'make_transformer', 'TrainLog', 'checkpoint_key', 'train', 'map_processes']
 
 # %% ../nbs/20_train.ipynb #38bbe8e7
 def make_transformer(n_layers: int, d_model: int, n_heads: int, d_vocab: int, n_ctx: int,
@@ -329,3 +332,62 @@ def train(model: torch.nn.Module, batch_fn: Callable[[torch.Generator], Any],
                 save(done)
     model.eval()
     return log
+
+# %% ../nbs/20_train.ipynb #56bfd375
+def map_processes(fn: Callable, jobs: Sequence[dict], processes: int | None = None, progress: bool = True,
+                  desc: str = "runs") -> list:
+    """`[fn(**job) for job in jobs]`, spread over `processes` spawned worker processes of one CPU thread each.
+
+    Parameters
+    ----------
+    fn : callable
+        A module-level function (the workers import it by name); its keyword arguments and its result
+        are pickled between processes.
+    jobs : sequence of dict
+        The keyword arguments of each call.
+    processes : int, optional
+        Worker processes; None: one per job, at most `os.cpu_count()`. 1: run the calls in this process.
+    progress, desc
+        A tqdm bar over finished calls, and its label.
+
+    Returns
+    -------
+    list
+        The results, in the order of `jobs`.
+
+    Raises
+    ------
+    ValueError
+        If `processes` is not a positive int, or `fn` is defined in `__main__` (a notebook or script)
+        or is a lambda or local function, which spawned workers cannot import.
+    RuntimeError
+        If a worker process died (out of memory, a crash, arguments it could not unpickle).
+    Exception
+        The first error a call raised, after the calls not yet started are cancelled.
+    """
+    jobs = [dict(j) for j in jobs]
+    if processes is None:
+        processes = max(1, min(len(jobs), os.cpu_count() or 1))
+    if not isinstance(processes, int) or processes < 1:
+        raise ValueError(f"processes must be a positive int or None, got {processes!r}")
+    if processes == 1 or len(jobs) <= 1:
+        return [fn(**j) for j in tqdm(jobs, desc=desc, disable=not progress)]
+    name = getattr(fn, "__qualname__", "")
+    if getattr(fn, "__module__", None) == "__main__" or "<" in name:
+        raise ValueError(f"fn {name or fn!r} cannot be imported by a worker process (it is defined in __main__, "
+                         "or is a lambda or a local function): use a function of a module, or processes=1")
+    with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"),
+                             initializer=torch.set_num_threads, initargs=(1,)) as pool:
+        futures = [pool.submit(fn, **j) for j in jobs]
+        try:
+            for f in tqdm(as_completed(futures), total=len(futures), desc=desc, disable=not progress):
+                f.result()
+        except BrokenProcessPool as e:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise RuntimeError(f"a worker process of map_processes({name}) died: out of memory, a crash, or "
+                               "arguments it could not unpickle (an object of a class defined in __main__); "
+                               "run with processes=1 to see the error here") from e
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+    return [f.result() for f in futures]

@@ -6,7 +6,10 @@
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,14 +25,15 @@ from tqdm import tqdm
 from ..ablate import CoreDims, core_dims, hook_evaluator, pca_core
 from ..ace import ACE, record_activation
 from ..identify import fit_operator, operator_spectrum
-from ..train import TrainLog, _save_atomic, make_transformer, train
+from ..train import TrainLog, _save_atomic, make_transformer, map_processes, train
 
 # %% auto #0
 __all__ = ['ModularData', 'modular_data', 'answer_forward', 'answer_logits', 'answer_accuracy', 'evaluate', 'fourier_basis',
            'frequency_power', 'active_frequencies', 'code_frequencies', 'first_step', 'grokking_times', 'stable_steps',
-           'stays_grokked', 'make_modular_model', 'train_modular', 'log_columns', 'participation_ratio', 'LayerCore',
-           'core_at', 'shift_operator', 'rotation_summary', 'pick_steps', 'CoreSnapshot', 'operator_k', 'track_cores',
-           'column', 'row_at', 'row_after', 'core_layer', 'fit_scaling_law', 'predict_tau', 'grokking_sweep']
+           'stays_grokked', 'make_modular_model', 'train_modular', 'log_columns', 'grokking_run', 'train_seeds',
+           'participation_ratio', 'LayerCore', 'core_at', 'shift_operator', 'rotation_summary', 'pick_steps',
+           'CoreSnapshot', 'operator_k', 'track_cores', 'column', 'row_at', 'row_after', 'core_layer',
+           'fit_scaling_law', 'predict_tau', 'grokking_sweep']
 
 # %% ../../nbs/22_tasks_modular.ipynb #3c36a1d2
 @dataclass(frozen=True)
@@ -307,6 +311,14 @@ def active_frequencies(power, times_uniform: float = 2.0) -> list[int]:
     return [int(i) + 1 for i in idx[np.argsort(-power[idx], kind="stable")]]
 
 
+def _pair_codes(Z, p: int) -> Tensor:
+    "`Z` as a float64 CPU tensor, checked to hold one code per pair (a, b): [p*p, k], row a*p + b."
+    Z = torch.as_tensor(Z).detach().to("cpu", torch.float64)
+    if Z.ndim != 2 or Z.shape[0] != p * p:
+        raise ValueError(f"Z must be [p*p, k] = [{p * p}, k] with row a*p+b for (a, b), got {tuple(Z.shape)}")
+    return Z
+
+
 def code_frequencies(Z: Tensor, p: int, times_uniform: float = 2.0) -> list[int]:
     """The active frequencies (`active_frequencies`) of a code `Z` [p*p, k] as a function of a (row a*p + b).
 
@@ -328,9 +340,7 @@ def code_frequencies(Z: Tensor, p: int, times_uniform: float = 2.0) -> list[int]
     ValueError
         If `Z` is not [p*p, k].
     """
-    Z = torch.as_tensor(Z).detach().to("cpu", torch.float64)
-    if Z.ndim != 2 or Z.shape[0] != p * p:
-        raise ValueError(f"Z must be [p*p, k] = [{p * p}, k] with row a*p+b, got {tuple(Z.shape)}")
+    Z = _pair_codes(Z, p)
     W = Z.reshape(p, p * Z.shape[1])                               # [p (a), p*k]: a's row holds every b
     return active_frequencies(frequency_power(W), times_uniform)
 
@@ -546,6 +556,87 @@ def log_columns(log) -> dict[str, np.ndarray]:
     keys = [k for k in rows[-1]] if rows else []
     return {k: np.array([r.get(k, np.nan) for r in rows], dtype=float) for k in keys}
 
+# %% ../../nbs/22_tasks_modular.ipynb #62c21370
+def grokking_run(p: int, train_frac: float, steps: int, seed: int, *, model_kw: dict | None = None,
+                 checkpoint_dir: str | Path | None = None, **train_kw) -> dict:
+    """One grokking run from `seed`: `modular_data`, `make_modular_model`, `train_modular`; picklable results.
+
+    Parameters
+    ----------
+    p, train_frac, seed
+        As in `modular_data` (and the model's and the run's seed).
+    steps : int
+    model_kw : dict, optional
+        Passed to `make_modular_model`.
+    checkpoint_dir : str or Path, optional
+        The run's checkpoint folder (`train_modular`).
+    **train_kw
+        Passed to `train_modular` (lr, weight_decay, schedule, snapshot_every, ...; not `progress`).
+
+    Returns
+    -------
+    dict
+        `log` (the `TrainLog` rows), `snapshots` ({step: state_dict}) and `state` (the final weights).
+    """
+    data = modular_data(p, train_frac, seed=seed)
+    model = make_modular_model(p, seed=seed, **(model_kw or {}))
+    log, snaps = train_modular(model, data, steps, seed=seed, checkpoint_dir=checkpoint_dir, progress=False,
+                               **train_kw)
+    return dict(log=log.rows, snapshots=snaps, state=model.state_dict())
+
+
+def train_seeds(seeds, p: int, train_frac: float, steps: int, *, model_kw: dict | None = None,
+                checkpoint_dir: str | Path | None = None, processes: int | None = None, progress: bool = True,
+                **train_kw) -> dict[int, dict]:
+    """`grokking_run` for each seed, spread over worker processes on the CPU; the models rebuilt here.
+
+    Parameters
+    ----------
+    seeds : iterable of int
+    p, train_frac, steps, model_kw, **train_kw
+        As in `grokking_run`.
+    checkpoint_dir : str or Path, optional
+        A folder for all the runs: each seed gets a sub-folder named by its settings and their hash.
+    processes : int, optional
+        As in `coreinv.train.map_processes`; None: one per seed up to the CPU count, and 1 when
+        `model_kw["device"]` is not the CPU.
+    progress : bool
+        A bar over finished seeds.
+
+    Returns
+    -------
+    dict
+        {seed: dict(data, model, log, snapshots)}: the split, the trained `HookedTransformer` (eval
+        mode), its `TrainLog` and its {step: state_dict} snapshots.
+
+    Raises
+    ------
+    ValueError
+        As `modular_data`, `make_modular_model`, `train_modular` and `map_processes`.
+    """
+    seeds, model_kw = [int(s) for s in seeds], dict(model_kw or {})
+    if processes is None and str(model_kw.get("device", "cpu")) != "cpu":
+        processes = 1
+
+    def folder(seed: int) -> Path | None:
+        if checkpoint_dir is None:
+            return None
+        settings = json.dumps(dict(p=p, train_frac=train_frac, steps=steps, seed=seed, model_kw=model_kw,
+                                   train_kw=train_kw), sort_keys=True, default=str)
+        digest = hashlib.sha256(settings.encode()).hexdigest()[:10]
+        return Path(checkpoint_dir) / f"p{p}-f{train_frac}-steps{steps}-seed{seed}-{digest}"
+
+    jobs = [dict(p=p, train_frac=train_frac, steps=steps, seed=s, model_kw=model_kw, checkpoint_dir=folder(s),
+                 **train_kw) for s in seeds]
+    results = map_processes(grokking_run, jobs, processes, progress=progress, desc="seeds")
+    runs = {}
+    for s, r in zip(seeds, results):
+        model = make_modular_model(p, seed=s, **model_kw)
+        model.load_state_dict(r["state"])
+        runs[s] = dict(data=modular_data(p, train_frac, seed=s), model=model.eval(), log=TrainLog(r["log"]),
+                       snapshots=r["snapshots"])
+    return runs
+
 # %% ../../nbs/22_tasks_modular.ipynb #f1c499e8
 def participation_ratio(s) -> float:
     """(Σσ)² / Σσ²: the effective number of singular values.
@@ -700,9 +791,7 @@ def shift_operator(Z: Tensor, p: int, ridge: float = 0.0) -> Tensor:
     ValueError
         If `Z` is not [p*p, k].
     """
-    Z = torch.as_tensor(Z).detach().to("cpu", torch.float64)
-    if Z.ndim != 2 or Z.shape[0] != p * p:
-        raise ValueError(f"Z must be [p*p, k] = [{p * p}, k] with row a*p+b for (a, b), got {tuple(Z.shape)}")
+    Z = _pair_codes(Z, p)
     a, b = torch.arange(p).repeat_interleave(p), torch.arange(p).repeat(p)
     nxt = ((a + 1) % p) * p + b                                           # [p*p] row of (a+1, b)
     return fit_operator(Z, Z[nxt], ridge=ridge)                          # [k, k]
@@ -860,9 +949,15 @@ def operator_k(n_freqs: int, k_sufficient: int | None, rank: int) -> int:
     return min(k_sufficient or rank, rank)
 
 
+def _track_chunk(cfg, snapshots: dict, data: ModularData, **kw) -> list[CoreSnapshot]:
+    "`track_cores` on a model rebuilt from `cfg`, in this process (a worker of `track_cores(processes=n)`)."
+    from transformer_lens import HookedTransformer
+    return track_cores(HookedTransformer(cfg), snapshots, data, processes=1, progress=False, **kw)
+
+
 def track_cores(model, snapshots: dict, data: ModularData, hooks: list[str] | None = None,
                 times_uniform: float = 2.0, split: str = "train", k_sweep: int = 24,
-                progress: bool = True) -> list[CoreSnapshot]:
+                processes: int | None = 1, progress: bool = True) -> list[CoreSnapshot]:
     """Core dims, participation ratios, Fourier frequencies and the shift operator's spectrum at each snapshot.
 
     Parameters
@@ -880,6 +975,10 @@ def track_cores(model, snapshots: dict, data: ModularData, hooks: list[str] | No
         Where the ablations are scored (`core_at`).
     k_sweep : int
         `dev_by_k` is measured for k = 1..min(k_sweep, rank).
+    processes : int, optional
+        Spread the snapshots over this many worker processes (`coreinv.train.map_processes`, each with
+        its own copy of the model rebuilt from `model.cfg`); None: up to the CPU count. A model that
+        is not on the CPU is analysed here.
     progress : bool
 
     Returns
@@ -888,6 +987,16 @@ def track_cores(model, snapshots: dict, data: ModularData, hooks: list[str] | No
         One per snapshot, in the order of `snapshots`.
     """
     hooks = hooks or [f"blocks.{l}.hook_resid_post" for l in range(model.cfg.n_layers)]
+    items = list(snapshots.items())
+    n = (max(1, min(len(items), os.cpu_count() or 1)) if processes is None else processes)
+    if n > 1 and len(items) > 1 and next(model.parameters()).device.type == "cpu":
+        chunks = [dict(items[i::n]) for i in range(n)]                  # round robin: early and late steps mixed
+        jobs = [dict(cfg=model.cfg, snapshots=c, data=data, hooks=hooks, times_uniform=times_uniform,
+                     split=split, k_sweep=k_sweep) for c in chunks if c]
+        done = [r for rows in map_processes(_track_chunk, jobs, len(jobs), progress=progress, desc="cores")
+                for r in rows]
+        order = {step: i for i, (step, _) in enumerate(items)}
+        return sorted(done, key=lambda r: order[r.step])
     m, rows = copy.deepcopy(model), []
     for step, sd in tqdm(snapshots.items(), desc="cores", disable=not progress, leave=False):
         m.load_state_dict(sd); m.eval()
@@ -1083,9 +1192,25 @@ def predict_tau(fit: dict, omega, p) -> np.ndarray:
     return np.exp(fit["c"] - fit["alpha"] * np.log(omega) - fit["beta"] * np.log(p))
 
 # %% ../../nbs/22_tasks_modular.ipynb #e799ec91
+def _sweep_run(omega: float, p: int, seed: int, max_steps: int, train_frac: float, lr: float, betas, log_every: int,
+               level: float, model_kw: dict) -> dict:
+    "One run of `grokking_sweep`: train until test accuracy ≥ `level` or `max_steps`; its row."
+    data = modular_data(p, train_frac, seed=seed)
+    model = make_modular_model(p, seed=seed, **model_kw)
+    t0 = time.time()
+    log, _ = train_modular(model, data, max_steps, lr=lr, weight_decay=omega, betas=betas, seed=seed,
+                           log_every=log_every, stop_at=level, progress=False)
+    cols = log_columns(log)
+    t = grokking_times(cols, level)
+    return {"omega": omega, "p": p, "seed": seed, "tau_fit": t["tau_fit"], "tau_grok": t["tau_grok"],
+            "censored": t["tau_grok"] is None, "tau": t["tau_grok"] if t["tau_grok"] is not None else max_steps,
+            "no_fit_first": t["tau_grok"] is not None and (t["tau_fit"] is None or t["tau_fit"] > t["tau_grok"]),
+            "steps_run": int(cols["step"][-1]), "wall_s": round(time.time() - t0, 1)}
+
+
 def grokking_sweep(omegas, ps, seeds=(0,), *, max_steps: int, train_frac: float = 0.5, lr: float = 3e-3,
                    betas: tuple[float, float] = (0.9, 0.98), log_every: int = 10, level: float = 0.95,
-                   model_kw: dict | None = None, progress: bool = True) -> list[dict]:
+                   model_kw: dict | None = None, processes: int | None = None, progress: bool = True) -> list[dict]:
     """Train one model per (ω, p, seed) until test accuracy ≥ `level` or `max_steps`; one row per run.
 
     Parameters
@@ -1102,6 +1227,9 @@ def grokking_sweep(omegas, ps, seeds=(0,), *, max_steps: int, train_frac: float 
         The test accuracy that ends a run and defines τ_grok.
     model_kw : dict, optional
         Passed to `make_modular_model`.
+    processes : int, optional
+        As in `coreinv.train.map_processes` (the runs are independent); None: up to the CPU count,
+        and 1 when `model_kw["device"]` is not the CPU.
     progress : bool
 
     Returns
@@ -1117,19 +1245,11 @@ def grokking_sweep(omegas, ps, seeds=(0,), *, max_steps: int, train_frac: float 
     ValueError
         As `modular_data` and `make_modular_model`, on a bad p, `train_frac` or model size.
     """
-    runs = [(w, p, s) for p in ps for w in omegas for s in seeds]
-    rows = []
-    for w, p, s in tqdm(runs, desc="sweep", disable=not progress):
-        data = modular_data(int(p), train_frac, seed=s)
-        model = make_modular_model(int(p), seed=s, **(model_kw or {}))
-        t0 = time.time()
-        log, _ = train_modular(model, data, max_steps, lr=lr, weight_decay=float(w), betas=betas, seed=s,
-                               log_every=log_every, stop_at=level, progress=False)
-        t = grokking_times(log_columns(log), level)
-        rows.append({"omega": float(w), "p": int(p), "seed": int(s), "tau_fit": t["tau_fit"],
-                     "tau_grok": t["tau_grok"], "censored": t["tau_grok"] is None,
-                     "tau": t["tau_grok"] if t["tau_grok"] is not None else max_steps,
-                     "no_fit_first": t["tau_grok"] is not None and (t["tau_fit"] is None
-                                                                   or t["tau_fit"] > t["tau_grok"]),
-                     "steps_run": int(log_columns(log)["step"][-1]), "wall_s": round(time.time() - t0, 1)})
-    return rows
+    model_kw = dict(model_kw or {})
+    if processes is None and str(model_kw.get("device", "cpu")) != "cpu":
+        processes = 1
+    jobs = [dict(omega=float(w), p=int(p), seed=int(s), max_steps=max_steps, train_frac=train_frac, lr=lr,
+                 betas=betas, log_every=log_every, level=level, model_kw=model_kw)
+            for p in ps for w in omegas for s in seeds]
+    return map_processes(_sweep_run, jobs, processes, progress=progress, desc="sweep")
+
