@@ -11,6 +11,7 @@ import json
 import os
 import time
 import warnings
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
@@ -26,7 +27,8 @@ from .train import train
 
 # %% auto #0
 __all__ = ['POSITIONAL', 'LMSpec', 'held_out_pairs', 'training_corpus', 'build_lm', 'cache_key', 'lm_folder', 'lm_info',
-           'train_or_load', 'train_or_load_gpt2', 'LSTMLM', 'lstm_folder', 'train_or_load_lstm']
+           'train_or_load', 'train_or_load_gpt2', 'bpe_folder', 'train_or_load_bpe', 'LSTMLM', 'lstm_folder',
+           'train_or_load_lstm']
 
 # %% ../nbs/25_lm.ipynb #69268dec
 POSITIONAL = ("standard", "rotary")
@@ -183,7 +185,7 @@ def cache_key(spec: LMSpec, *extra) -> str:
     h = hashlib.sha256(json.dumps(asdict(spec), sort_keys=True).encode())
     for f in _MODULES:
         h.update(f.encode() + b"\0" + (pkg / f).read_bytes() + b"\0")
-    for fn in (build_lm, training_corpus, held_out_pairs, _batches, _lm_loss, train_or_load):
+    for fn in (build_lm, training_corpus, held_out_pairs, _batches, _lm_loss, _fit_and_save, train_or_load):
         h.update(inspect.getsource(fn).encode() + b"\0")
     for p in ("torch", "transformer-lens"):
         h.update(f"{p}=={metadata.version(p)}".encode())
@@ -237,6 +239,38 @@ def lm_info(spec: LMSpec) -> dict | None:
     return json.loads(f.read_text()) if f.exists() else None
 
 
+def _load_state(model: torch.nn.Module, folder: Path) -> bool:
+    "Load `folder/model.pt` into `model` if it is there; False if the model is not trained yet."
+    final = folder / "model.pt"
+    if final.exists():
+        model.load_state_dict(torch.load(final, map_location="cpu", weights_only=True))
+    return final.exists()
+
+
+def _fit_and_save(model, stream: np.ndarray, bos: int, spec: LMSpec, loss_fn, folder: Path, key: str, desc: str,
+                  progress: bool, save=None, checkpoint_dir: Path | None = None, **extra) -> dict:
+    "Train `model` on windows of `stream` that start at `bos` (resumably), save it, write and return `info.json`."
+    starts = np.flatnonzero(stream == bos)
+    starts = starts[starts + spec.n_ctx + 1 <= len(stream)]
+    t0 = time.perf_counter()
+    log = train(model, _batches(stream, starts, spec.n_ctx, spec.batch), loss_fn, spec.steps, lr=spec.lr,
+                weight_decay=spec.weight_decay, schedule="onecycle", pct_start=0.1, grad_clip=1.0,
+                seed=spec.seed, log_every=max(1, spec.steps // 20), checkpoint_dir=checkpoint_dir or folder,
+                checkpoint_every=max(1, spec.steps // 10), progress=progress, desc=desc)
+    seconds = time.perf_counter() - t0
+    if save is None:                                         # the state dict, written atomically
+        tmp = folder / "model.pt.tmp"
+        torch.save(model.state_dict(), tmp)
+        os.replace(tmp, folder / "model.pt")
+    else:
+        save(folder)
+    info = dict(name=spec.name, key=key, n_params=sum(p.numel() for p in model.parameters()),
+                train_seconds=round(seconds, 2), final_loss=float(log.last["loss"]),
+                corpus_tokens=int(len(stream)), steps=spec.steps) | extra
+    (folder / "info.json").write_text(json.dumps(info, indent=1))
+    return info
+
+
 def train_or_load(spec: LMSpec, progress: bool = True) -> tuple[HookedTransformer, WordVocab]:
     """The trained model of `spec`: loaded from the cache, else trained (resumably) and cached.
 
@@ -255,26 +289,9 @@ def train_or_load(spec: LMSpec, progress: bool = True) -> tuple[HookedTransforme
     vocab = WordVocab.from_lexicon()
     model = build_lm(spec, len(vocab))
     folder = lm_folder(spec)
-    final = folder / "model.pt"
-    if final.exists():
-        model.load_state_dict(torch.load(final, map_location="cpu", weights_only=True))
-        return model.eval(), vocab
-    stream = vocab.encode_corpus(training_corpus(spec))
-    starts = np.flatnonzero(stream == vocab.bos_id)
-    starts = starts[starts + spec.n_ctx + 1 <= len(stream)]
-    t0 = time.perf_counter()
-    log = train(model, _batches(stream, starts, spec.n_ctx, spec.batch), _lm_loss, spec.steps, lr=spec.lr,
-                weight_decay=spec.weight_decay, schedule="onecycle", pct_start=0.1, grad_clip=1.0,
-                seed=spec.seed, log_every=max(1, spec.steps // 20), checkpoint_dir=folder,
-                checkpoint_every=max(1, spec.steps // 10), progress=progress, desc=f"train {spec.name}")
-    seconds = time.perf_counter() - t0
-    tmp = final.with_name("model.pt.tmp")
-    torch.save(model.state_dict(), tmp)
-    os.replace(tmp, final)
-    info = dict(name=spec.name, key=cache_key(spec), n_params=sum(p.numel() for p in model.parameters()),
-                train_seconds=round(seconds, 2), final_loss=float(log.last["loss"]),
-                corpus_tokens=int(len(stream)), steps=spec.steps)
-    (folder / "info.json").write_text(json.dumps(info, indent=1))
+    if not _load_state(model, folder):
+        _fit_and_save(model, vocab.encode_corpus(training_corpus(spec)), vocab.bos_id, spec, _lm_loss, folder,
+                      cache_key(spec), f"train {spec.name}", progress)
     return model.eval(), vocab
 
 # %% ../nbs/25_lm.ipynb #08d8a518
@@ -311,45 +328,100 @@ def train_or_load_gpt2(spec: LMSpec, vocab_size: int = 6000, progress: bool = Tr
     if not isinstance(spec, LMSpec):
         raise ValueError(f"spec must be an LMSpec, got {type(spec).__name__}")
     from transformers import GPT2Config, GPT2LMHeadModel
-    from transformers.utils import logging as hf_logging
-    key = cache_key(spec, vocab_size, inspect.getsource(train_or_load_gpt2), inspect.getsource(_bpe_tokenizer))
+    key = cache_key(spec, vocab_size, *(inspect.getsource(f) for f in (train_or_load_gpt2, _bpe_tokenizer, _bpe_stream)))
     folder = cache_dir("lm", f"{spec.name}-gpt2-bpe{vocab_size}-{key}")
     if (folder / "info.json").exists():
         return folder
     texts = [s.text for s in training_corpus(spec)]
     tok = _bpe_tokenizer(texts, vocab_size)
-    bos = tok.bos_token_id
-    stream = np.asarray([t for x in texts for t in [bos] + tok.encode(x, add_special_tokens=False)],
-                        dtype=np.int64)
-    starts = np.flatnonzero(stream == bos)
-    starts = starts[starts + spec.n_ctx + 1 <= len(stream)]
     cfg = GPT2Config(vocab_size=len(tok), n_positions=spec.n_ctx, n_embd=spec.d_model, n_layer=spec.n_layers,
-                     n_head=spec.n_heads, n_inner=spec.d_mlp, bos_token_id=bos, eos_token_id=tok.eos_token_id,
-                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+                     n_head=spec.n_heads, n_inner=spec.d_mlp, bos_token_id=tok.bos_token_id,
+                     eos_token_id=tok.eos_token_id, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec.seed)
         model = GPT2LMHeadModel(cfg)
     loss_fn = lambda m, x: F.cross_entropy(m(x[:, :-1]).logits.reshape(-1, cfg.vocab_size), x[:, 1:].reshape(-1))
-    t0 = time.perf_counter()
-    log = train(model, _batches(stream, starts, spec.n_ctx, spec.batch), loss_fn, spec.steps, lr=spec.lr,
-                weight_decay=spec.weight_decay, schedule="onecycle", pct_start=0.1, grad_clip=1.0, seed=spec.seed,
-                log_every=max(1, spec.steps // 20), checkpoint_dir=folder / "train",
-                checkpoint_every=max(1, spec.steps // 10), progress=progress, desc=f"train {spec.name} (GPT-2)")
-    seconds = time.perf_counter() - t0
+
+    def save(folder):
+        with _quiet_hf():
+            model.save_pretrained(folder)
+            tok.save_pretrained(folder)
+    _fit_and_save(model, _bpe_stream(tok, texts), tok.bos_token_id, spec, loss_fn, folder, key,
+                  f"train {spec.name} (GPT-2)", progress, save=save, checkpoint_dir=folder / "train",
+                  tokenizer=f"BPE {len(tok)}")
+    return folder
+
+
+def _bpe_stream(tok, texts: list[str]) -> np.ndarray:
+    "The token ids of `texts`, each sentence after `<bos>`."
+    bos = tok.bos_token_id
+    return np.asarray([t for x in texts for t in [bos] + tok.encode(x, add_special_tokens=False)], dtype=np.int64)
+
+
+@contextmanager
+def _quiet_hf():
+    "Silence transformers' logging and progress bars inside the block (restored after)."
+    from transformers.utils import logging as hf_logging
     verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     try:
-        model.save_pretrained(folder)
-        tok.save_pretrained(folder)
+        yield
     finally:
         hf_logging.set_verbosity(verbosity)
         if bars: hf_logging.enable_progress_bar()
-    info = dict(name=spec.name, key=key, n_params=sum(p.numel() for p in model.parameters()),
-                train_seconds=round(seconds, 2), final_loss=float(log.last["loss"]),
-                corpus_tokens=int(len(stream)), steps=spec.steps, tokenizer=f"BPE {len(tok)}")
-    (folder / "info.json").write_text(json.dumps(info, indent=1))
-    return folder
+
+
+def bpe_folder(spec: LMSpec, vocab_size: int = 6000) -> Path:
+    """Where `train_or_load_bpe` keeps `spec`'s subword `HookedTransformer` (weights, tokenizer, `info.json`).
+
+    Parameters
+    ----------
+    spec : LMSpec
+    vocab_size : int
+
+    Returns
+    -------
+    Path
+    """
+    key = cache_key(spec, vocab_size, *(inspect.getsource(f) for f in (train_or_load_bpe, _bpe_tokenizer, _bpe_stream)))
+    return cache_dir("lm", f"{spec.name}-bpe{vocab_size}-{key}")
+
+
+def train_or_load_bpe(spec: LMSpec, vocab_size: int = 6000, progress: bool = True) -> tuple[HookedTransformer, object]:
+    """A `HookedTransformer` of `spec` on BPE subword tokens (a tokeniser trained on its corpus), cached.
+
+    Parameters
+    ----------
+    spec : LMSpec
+        Sizes, positions, corpus, seed and optimiser, as for the word-level model.
+    vocab_size : int
+        Size of the BPE vocabulary (every lexicon word with its leading space is one token).
+    progress : bool
+
+    Returns
+    -------
+    (HookedTransformer in eval mode on the CPU, PreTrainedTokenizerFast)
+        Measure it with `coreinv.tasks.axis.hf_model(name, model, tokenizer)`.
+    """
+    if not isinstance(spec, LMSpec):
+        raise ValueError(f"spec must be an LMSpec, got {type(spec).__name__}")
+    from transformers import PreTrainedTokenizerFast
+    folder = bpe_folder(spec, vocab_size)
+    if (folder / "tokenizer.json").exists() and (folder / "model.pt").exists():
+        with _quiet_hf():
+            tok = PreTrainedTokenizerFast.from_pretrained(folder)
+        model = build_lm(spec, len(tok))
+        _load_state(model, folder)
+        return model.eval(), tok
+    texts = [s.text for s in training_corpus(spec)]
+    tok = _bpe_tokenizer(texts, vocab_size)
+    model = build_lm(spec, len(tok))
+    _fit_and_save(model, _bpe_stream(tok, texts), tok.bos_token_id, spec, _lm_loss, folder,
+                  folder.name.rsplit("-", 1)[1], f"train {spec.name} (BPE)", progress, tokenizer=f"BPE {len(tok)}")
+    with _quiet_hf():
+        tok.save_pretrained(folder)
+    return model.eval(), tok
 
 # %% ../nbs/25_lm.ipynb #78da321b
 class LSTMLM(torch.nn.Module):
@@ -423,24 +495,7 @@ def train_or_load_lstm(spec: LMSpec, progress: bool = True) -> tuple[LSTMLM, Wor
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec.seed)
         model = LSTMLM(len(vocab), spec.d_model, spec.n_layers)
-    final = folder / "model.pt"
-    if final.exists():
-        model.load_state_dict(torch.load(final, map_location="cpu", weights_only=True))
-        return model.eval(), vocab
-    stream = vocab.encode_corpus(training_corpus(spec))
-    starts = np.flatnonzero(stream == vocab.bos_id)
-    starts = starts[starts + spec.n_ctx + 1 <= len(stream)]
-    t0 = time.perf_counter()
-    log = train(model, _batches(stream, starts, spec.n_ctx, spec.batch), _lm_loss, spec.steps, lr=spec.lr,
-                weight_decay=spec.weight_decay, schedule="onecycle", pct_start=0.1, grad_clip=1.0,
-                seed=spec.seed, log_every=max(1, spec.steps // 20), checkpoint_dir=folder,
-                checkpoint_every=max(1, spec.steps // 10), progress=progress, desc=f"train {spec.name} (LSTM)")
-    seconds = time.perf_counter() - t0
-    tmp = final.with_name("model.pt.tmp")
-    torch.save(model.state_dict(), tmp)
-    os.replace(tmp, final)
-    info = dict(name=spec.name, key=key, n_params=sum(p.numel() for p in model.parameters()),
-                train_seconds=round(seconds, 2), final_loss=float(log.last["loss"]),
-                corpus_tokens=int(len(stream)), steps=spec.steps)
-    (folder / "info.json").write_text(json.dumps(info, indent=1))
+    if not _load_state(model, folder):
+        _fit_and_save(model, vocab.encode_corpus(training_corpus(spec)), vocab.bos_id, spec, _lm_loss, folder, key,
+                      f"train {spec.name} (LSTM)", progress)
     return model.eval(), vocab

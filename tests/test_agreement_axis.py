@@ -172,3 +172,55 @@ def test_pretrained_path_gpt2_on_cpu(tmp_path, monkeypatch):
     fl = ax.flip_generation(am, pairs[:2], am.layers[-1], ax.layer_cores(am, pairs, am.layers[-1])["ace"],
                             max_new=3)
     assert fl["n"] == 2
+
+
+def test_bpe_hooked_transformer(tmp_path, monkeypatch):
+    "Model 3: a HookedTransformer on BPE tokens trains, saves, reloads, and is read at the last subword token."
+    from coreinv.lm import bpe_folder, train_or_load_bpe
+    monkeypatch.setenv("COREINV_CACHE", str(tmp_path))
+    spec = LMSpec(name="b", n_layers=2, d_model=16, n_heads=2, n_ctx=24, n_sentences=400, steps=5,
+                  n_test_per_cell=2)
+    model, tok = train_or_load_bpe(spec, progress=False)
+    folder = bpe_folder(spec)
+    assert {"model.pt", "tokenizer.json", "info.json"} <= {p.name for p in folder.iterdir()}
+    again, tok2 = train_or_load_bpe(spec, progress=False)
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), again.state_dict().values()))
+    assert tok2.get_vocab() == tok.get_vocab()
+    am = ax.hf_model("b", model, tok)
+    pairs = held_out_pairs(spec)["pp"]
+    p = pairs[0]
+    ids = am.encode(p.prefix)
+    assert len(ids) > 1 and ids[-1] == tok.encode(" " + p.prefix[-1], add_special_tokens=False)[-1]
+    with torch.no_grad():
+        lg = model(torch.tensor([ids]))[0, -1]
+    sg, pl = (p.correct, p.wrong) if p.subject_number == "sg" else (p.wrong, p.correct)
+    want = float(lg[am.verb_id(sg)] - lg[am.verb_id(pl)])
+    assert ax.margins(am, [p])[0] == pytest.approx(want, abs=1e-4)
+
+
+def test_bpe_tokenizer_splitting_a_verb_is_refused(tmp_path, monkeypatch):
+    from coreinv.lm import train_or_load_bpe
+    monkeypatch.setenv("COREINV_CACHE", str(tmp_path))
+    spec = LMSpec(name="small", n_layers=1, d_model=16, n_heads=2, n_ctx=24, n_sentences=200, steps=2,
+                  n_test_per_cell=2)
+    model, tok = train_or_load_bpe(spec, vocab_size=300, progress=False)
+    with pytest.raises(ValueError, match=r"small.*(splits|lacks) the verb form"):
+        ax.hf_model("small", model, tok)
+
+
+def test_sampled_flip_repeats_and_coordination(tiny):
+    spec, am = tiny
+    pairs = held_out_pairs(spec)
+    hook = am.layers[-1]
+    core = ax.layer_cores(am, pairs["pp"], hook)["ace"]
+    a = ax.flip_generation(am, pairs["simple"], hook, core, max_new=6, sample=True, seed=3)
+    b = ax.flip_generation(am, pairs["simple"], hook, core, max_new=6, sample=True, seed=3)
+    assert a["examples"] == b["examples"] and a["reversed"] == b["reversed"] and a["n_later"] == b["n_later"]
+    coord = pairs["vp_coord"]
+    c = ax.flip_coordination(am, coord, hook, core, sample=True, seed=2)
+    assert c == ax.flip_coordination(am, coord, hook, core, sample=True, seed=2) or np.isnan(c["later_reversed"])
+    assert c["n"] == len(coord) and 0 <= c["n_later"] <= len(coord)
+    ctl = ax.flip_coordination(am, coord, hook, None)
+    assert ctl["n"] == len(coord) and 0 <= ctl["v2_reversed"] <= 1
+    with pytest.raises(ValueError, match="vp_coord"):
+        ax.flip_coordination(am, pairs["simple"], hook, None)

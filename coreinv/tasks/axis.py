@@ -5,6 +5,8 @@
 # %% ../../nbs/26_agreement_axis.ipynb #b6c58b9e
 from __future__ import annotations
 
+import contextlib
+
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -22,7 +24,7 @@ from .agreement import (CONSTRUCTIONS, MinimalPair, WordVocab, agrees, default_l
 # %% auto #0
 __all__ = ['BASELINES', 'AgreementModel', 'word_model', 'hf_model', 'margins', 'accuracy', 'accuracy_table', 'pair_from_words',
            'readout_pairs', 'last_acts', 'fit_axis', 'oriented_axis', 'layer_cores', 'validate_layer',
-           'flip_generation', 'axis_spearman']
+           'flip_generation', 'flip_coordination', 'axis_spearman']
 
 # %% ../../nbs/26_agreement_axis.ipynb #2af66d94
 @dataclass
@@ -508,8 +510,8 @@ def flip_generation(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str,
     -------
     dict with `reversed` (fraction whose first generated agreeing verb has the number opposite to its
     subject's), `later_reversed` (among generations with a later agreeing verb of the same subject,
-    the fraction where it reversed too; NaN if none), `well_formed` (fraction the grammar can label),
-    `n`, and `examples` (the first three sentences)
+    the fraction where it reversed too; NaN if none), `n_later` (how many had one), `well_formed` (fraction
+    the grammar can label), `n`, and `examples` (the first three sentences)
     """
     gen = torch.Generator().manual_seed(seed)
     rev, later, ok, ex = [], [], [], []
@@ -531,7 +533,73 @@ def flip_generation(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str,
         if more:
             later.append(all(v.verb_number == first.verb_number for v in more) and rev[-1])
     return dict(reversed=float(np.mean(rev)), later_reversed=float(np.mean(later)) if later else float("nan"),
-                well_formed=float(np.mean(ok)), n=len(pairs), examples=ex)
+                n_later=len(later), well_formed=float(np.mean(ok)), n=len(pairs), examples=ex)
+
+
+def _choose(am: AgreementModel, words: Sequence[str], forms: tuple[str, str], sample: bool,
+            gen: torch.Generator) -> str:
+    "The model's choice between two verb forms after `words`: the larger logit, or a draw from their softmax."
+    ids = torch.tensor([am.verb_id(f) for f in forms])
+    dev = next(am.model.parameters()).device
+    with torch.no_grad():
+        lg = am.logits(torch.tensor([am.encode(words)], device=dev))[0, -1].double().cpu()[ids]
+    i = int(torch.multinomial(torch.softmax(lg, -1), 1, generator=gen)) if sample else int(lg.argmax())
+    return forms[i]
+
+
+def flip_coordination(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str, core: Core | None,
+                      sample: bool = False, seed: int = 0, progress: bool = False) -> dict:
+    """Does a later agreeing verb reverse with the first? Coordinated verbs ("the N V1 the N2 and V2") with `core` flipped.
+
+    For each `vp_coord` pair the model chooses the number of V1 after the subject (between V1's two forms),
+    the sentence's words up to V2 follow, and the model chooses V2's number the same way; `core` is flipped
+    at `hook` at every position throughout (None: intact).
+
+    Parameters
+    ----------
+    am : AgreementModel
+    pairs : sequence of MinimalPair
+        `vp_coord` pairs (their sentences give V1, the object and "and").
+    hook : str
+    core : Core or None
+    sample : bool
+        Draw each choice from the softmax over the two forms (seeded by `seed`) instead of the larger logit.
+    seed : int
+    progress : bool
+
+    Returns
+    -------
+    dict with `reversed` (fraction whose V1 has the number opposite to its subject's), `later_reversed`
+    (among those, the fraction whose V2 reversed too; NaN if none), `n_later` (how many V1 reversed),
+    `v2_reversed` (fraction whose V2 reversed, whatever V1 did), `n`, and `examples` (the first three)
+
+    Raises
+    ------
+    ValueError
+        If a pair is not `vp_coord` (naming its construction).
+    """
+    for p in pairs:
+        if p.construction != "vp_coord" or p.sentence.verb2_index is None:
+            raise ValueError(f"flip_coordination needs vp_coord pairs, got a {p.construction!r} pair")
+    verbs = default_lexicon().verbs
+    num = {f: n for v in verbs for n, f in (("sg", v.sg), ("pl", v.pl))}
+    sg_pl = {f: (v.sg, v.pl) for v in verbs for f in (v.sg, v.pl)}
+    gen = torch.Generator().manual_seed(seed)
+    rev1, rev2, ex = [], [], []
+    for p in tqdm(pairs, desc=f"coordinate {am.name}", disable=not progress, leave=False):
+        s = p.sentence
+        v1 = s.words[s.verb_index]
+        with ablate(am.model, hook, core, "flip") if core is not None else contextlib.nullcontext():
+            w1 = _choose(am, s.words[:s.verb_index], sg_pl[v1], sample, gen)
+            middle = list(s.words[:s.verb_index]) + [w1] + list(s.words[s.verb_index + 1:s.verb2_index])
+            w2 = _choose(am, middle, _sg_pl(p), sample, gen)
+        rev1.append(num[w1] != p.subject_number)
+        rev2.append(num[w2] != p.subject_number)
+        if len(ex) < 3: ex.append(" ".join(middle + [w2]))
+    rev1, rev2 = np.array(rev1), np.array(rev2)
+    return dict(reversed=float(rev1.mean()), later_reversed=float(rev2[rev1].mean()) if rev1.any() else float("nan"),
+                n_later=int(rev1.sum()), v2_reversed=float(rev2.mean()), n=len(pairs), examples=ex)
+
 
 # %% ../../nbs/26_agreement_axis.ipynb #856fc631
 def axis_spearman(z1: np.ndarray, z2: np.ndarray, n_boot: int = 1000, seed: int = 0) -> dict:
