@@ -616,4 +616,5 @@ d = { 'settings': { 'branch': 'main',
                                'coreinv.train.checkpoint_key': ('train.html#checkpoint_key', 'coreinv/train.py'),
                                'coreinv.train.make_transformer': ('train.html#make_transformer', 'coreinv/train.py'),
                                'coreinv.train.map_processes': ('train.html#map_processes', 'coreinv/train.py'),
+                               'coreinv.train.n_processes': ('train.html#n_processes', 'coreinv/train.py'),
                                'coreinv.train.train': ('train.html#train', 'coreinv/train.py')}}}

@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
-import os
 import time
 import warnings
 from contextlib import contextmanager
@@ -23,7 +22,7 @@ from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from .presets import cache_dir
 from .tasks.agreement import CONSTRUCTIONS, MinimalPair, Sentence, WordVocab, corpus, test_pairs
-from .train import train
+from .train import _save_atomic, train
 
 # %% auto #0
 __all__ = ['POSITIONAL', 'LMSpec', 'held_out_pairs', 'training_corpus', 'build_lm', 'cache_key', 'lm_folder', 'lm_info',
@@ -258,10 +257,8 @@ def _fit_and_save(model, stream: np.ndarray, bos: int, spec: LMSpec, loss_fn, fo
                 seed=spec.seed, log_every=max(1, spec.steps // 20), checkpoint_dir=checkpoint_dir or folder,
                 checkpoint_every=max(1, spec.steps // 10), progress=progress, desc=desc)
     seconds = time.perf_counter() - t0
-    if save is None:                                         # the state dict, written atomically
-        tmp = folder / "model.pt.tmp"
-        torch.save(model.state_dict(), tmp)
-        os.replace(tmp, folder / "model.pt")
+    if save is None:
+        _save_atomic(model.state_dict(), folder / "model.pt")
     else:
         save(folder)
     info = dict(name=spec.name, key=key, n_params=sum(p.numel() for p in model.parameters()),

@@ -26,7 +26,7 @@ from tqdm import tqdm
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 # %% auto #0
-__all__ = ['CHECKPOINT_NAME', 'make_transformer', 'TrainLog', 'checkpoint_key', 'train', 'map_processes']
+__all__ = ['CHECKPOINT_NAME', 'make_transformer', 'TrainLog', 'checkpoint_key', 'train', 'n_processes', 'map_processes']
 
 # %% ../nbs/20_train.ipynb #38bbe8e7
 def make_transformer(n_layers: int, d_model: int, n_heads: int, d_vocab: int, n_ctx: int,
@@ -334,8 +334,21 @@ def train(model: torch.nn.Module, batch_fn: Callable[[torch.Generator], Any],
     return log
 
 # %% ../nbs/20_train.ipynb #56bfd375
+def n_processes(processes: int | None, n_jobs: int, device: str | torch.device = "cpu") -> int:
+    """How many worker processes `map_processes` uses for `n_jobs` calls computing on `device`.
+
+    None: one per job, at most `os.cpu_count()`. On any device but the CPU: 1 (the calls run in the
+    calling process). A `processes` that is not a positive int or None raises `ValueError`.
+    """
+    if processes is not None and (isinstance(processes, bool) or not isinstance(processes, int) or processes < 1):
+        raise ValueError(f"processes must be a positive int or None, got {processes!r}")
+    if torch.device(device).type != "cpu":
+        return 1
+    return max(1, min(n_jobs, os.cpu_count() or 1)) if processes is None else processes
+
+
 def map_processes(fn: Callable, jobs: Sequence[dict], processes: int | None = None, progress: bool = True,
-                  desc: str = "runs") -> list:
+                  desc: str = "runs", device: str | torch.device = "cpu") -> list:
     """`[fn(**job) for job in jobs]`, spread over `processes` spawned worker processes of one CPU thread each.
 
     Parameters
@@ -349,6 +362,9 @@ def map_processes(fn: Callable, jobs: Sequence[dict], processes: int | None = No
         Worker processes; None: one per job, at most `os.cpu_count()`. 1: run the calls in this process.
     progress, desc
         A tqdm bar over finished calls, and its label.
+    device : str or torch.device
+        Where the calls compute. On any device but the CPU they run here, one after another, whatever
+        `processes` says: one accelerator is not shared between processes.
 
     Returns
     -------
@@ -366,10 +382,7 @@ def map_processes(fn: Callable, jobs: Sequence[dict], processes: int | None = No
         The first error a call raised, after the calls not yet started are cancelled.
     """
     jobs = [dict(j) for j in jobs]
-    if processes is None:
-        processes = max(1, min(len(jobs), os.cpu_count() or 1))
-    if not isinstance(processes, int) or processes < 1:
-        raise ValueError(f"processes must be a positive int or None, got {processes!r}")
+    processes = n_processes(processes, len(jobs), device)
     if processes == 1 or len(jobs) <= 1:
         return [fn(**j) for j in tqdm(jobs, desc=desc, disable=not progress)]
     name = getattr(fn, "__qualname__", "")

@@ -24,3 +24,9 @@ def test_dead_worker_is_reported_with_what_to_try():
 def test_errors_of_a_call_reach_the_caller():
     with pytest.raises(json.JSONDecodeError):
         map_processes(json.loads, [dict(s="1"), dict(s="one")], processes=2, progress=False)
+
+
+def test_off_the_cpu_the_calls_run_here():
+    # one accelerator is not shared between processes: a lambda (which no worker could import) runs here
+    assert map_processes(lambda x: x + 1, [dict(x=1), dict(x=2)], processes=2, progress=False,
+                         device="cuda") == [2, 3]

@@ -25,7 +25,7 @@ from tqdm import tqdm
 from ..ablate import CoreDims, core_dims, hook_evaluator, pca_core
 from ..ace import ACE, record_activation
 from ..identify import fit_operator, operator_spectrum
-from ..train import TrainLog, _save_atomic, make_transformer, map_processes, train
+from ..train import TrainLog, _save_atomic, make_transformer, map_processes, n_processes, train
 
 # %% auto #0
 __all__ = ['ModularData', 'modular_data', 'answer_forward', 'answer_logits', 'answer_accuracy', 'evaluate', 'fourier_basis',
@@ -481,7 +481,7 @@ def make_modular_model(p: int, n_layers: int = 2, d_model: int = 128, n_heads: i
 
 def train_modular(model, data: ModularData, steps: int, *, lr: float = 3e-3, weight_decay: float = 1.0,
                   betas: tuple[float, float] = (0.9, 0.98), schedule: str = "constant", pct_start: float = 0.3,
-                  seed: int = 0, log_every: int = 10,
+                  grad_clip: float | None = None, seed: int = 0, log_every: int = 10,
                   snapshot_every: int | None = None, checkpoint_dir: str | Path | None = None,
                   checkpoint_every: int | None = None, stop_at: float | None = None, threads: int | None = 1,
                   progress: bool = True, desc: str = "grokking") -> tuple[TrainLog, dict[int, dict]]:
@@ -493,7 +493,7 @@ def train_modular(model, data: ModularData, steps: int, *, lr: float = 3e-3, wei
         Trained in place (`make_modular_model`).
     data : ModularData
     steps : int
-    lr, weight_decay, betas, schedule, pct_start, seed, log_every, checkpoint_dir, checkpoint_every, threads, progress, desc
+    lr, weight_decay, betas, schedule, pct_start, grad_clip, seed, log_every, checkpoint_dir, checkpoint_every, threads, progress, desc
         As in `coreinv.train.train` (`schedule="onecycle"`: warm up for `pct_start` of the steps, then cosine
         down to ~0).
     snapshot_every : int, optional
@@ -528,10 +528,10 @@ def train_modular(model, data: ModularData, steps: int, *, lr: float = 3e-3, wei
     dev = next(model.parameters()).device
     log = train(model, lambda gen: (x.to(dev), y.to(dev)),
                 lambda m, b: F.cross_entropy(answer_forward(m, b[0])[:, :data.p], b[1]), steps,
-                lr=lr, betas=betas, schedule=schedule, pct_start=pct_start, weight_decay=weight_decay, seed=seed,
-                eval_fn=lambda m: evaluate(m, data), callback=callback, log_every=log_every,
-                checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, threads=threads,
-                progress=progress, desc=desc)
+                lr=lr, betas=betas, schedule=schedule, pct_start=pct_start, grad_clip=grad_clip,
+                weight_decay=weight_decay, seed=seed, eval_fn=lambda m: evaluate(m, data), callback=callback,
+                log_every=log_every, checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every,
+                threads=threads, progress=progress, desc=desc)
     if snapdir is not None and snapdir.exists():                       # a resumed run: earlier snapshots
         for f in sorted(snapdir.glob("step_*.pt")):
             s = int(f.stem.split("_")[1])
@@ -598,8 +598,8 @@ def train_seeds(seeds, p: int, train_frac: float, steps: int, *, model_kw: dict 
     checkpoint_dir : str or Path, optional
         A folder for all the runs: each seed gets a sub-folder named by its settings and their hash.
     processes : int, optional
-        As in `coreinv.train.map_processes`; None: one per seed up to the CPU count, and 1 when
-        `model_kw["device"]` is not the CPU.
+        As in `coreinv.train.map_processes`; None: one per seed (runs of one length finish together, so
+        three seeds on two cores take 1.5 runs' time, not 2). Off the CPU (`model_kw["device"]`), here.
     progress : bool
         A bar over finished seeds.
 
@@ -615,8 +615,6 @@ def train_seeds(seeds, p: int, train_frac: float, steps: int, *, model_kw: dict 
         As `modular_data`, `make_modular_model`, `train_modular` and `map_processes`.
     """
     seeds, model_kw = [int(s) for s in seeds], dict(model_kw or {})
-    if processes is None and str(model_kw.get("device", "cpu")) != "cpu":
-        processes = 1
 
     def folder(seed: int) -> Path | None:
         if checkpoint_dir is None:
@@ -628,7 +626,8 @@ def train_seeds(seeds, p: int, train_frac: float, steps: int, *, model_kw: dict 
 
     jobs = [dict(p=p, train_frac=train_frac, steps=steps, seed=s, model_kw=model_kw, checkpoint_dir=folder(s),
                  **train_kw) for s in seeds]
-    results = map_processes(grokking_run, jobs, processes, progress=progress, desc="seeds")
+    results = map_processes(grokking_run, jobs, processes or max(1, len(jobs)), progress=progress, desc="seeds",
+                            device=model_kw.get("device", "cpu"))
     runs = {}
     for s, r in zip(seeds, results):
         model = make_modular_model(p, seed=s, **model_kw)
@@ -957,7 +956,7 @@ def _track_chunk(cfg, snapshots: dict, data: ModularData, **kw) -> list[CoreSnap
 
 def track_cores(model, snapshots: dict, data: ModularData, hooks: list[str] | None = None,
                 times_uniform: float = 2.0, split: str = "train", k_sweep: int = 24,
-                processes: int | None = 1, progress: bool = True) -> list[CoreSnapshot]:
+                processes: int | None = None, progress: bool = True) -> list[CoreSnapshot]:
     """Core dims, participation ratios, Fourier frequencies and the shift operator's spectrum at each snapshot.
 
     Parameters
@@ -978,7 +977,7 @@ def track_cores(model, snapshots: dict, data: ModularData, hooks: list[str] | No
     processes : int, optional
         Spread the snapshots over this many worker processes (`coreinv.train.map_processes`, each with
         its own copy of the model rebuilt from `model.cfg`); None: up to the CPU count. A model that
-        is not on the CPU is analysed here.
+        is not on the CPU is analysed here. The rows do not depend on it.
     progress : bool
 
     Returns
@@ -988,8 +987,8 @@ def track_cores(model, snapshots: dict, data: ModularData, hooks: list[str] | No
     """
     hooks = hooks or [f"blocks.{l}.hook_resid_post" for l in range(model.cfg.n_layers)]
     items = list(snapshots.items())
-    n = (max(1, min(len(items), os.cpu_count() or 1)) if processes is None else processes)
-    if n > 1 and len(items) > 1 and next(model.parameters()).device.type == "cpu":
+    n = n_processes(processes, len(items), next(model.parameters()).device)
+    if n > 1 and len(items) > 1:
         chunks = [dict(items[i::n]) for i in range(n)]                  # round robin: early and late steps mixed
         jobs = [dict(cfg=model.cfg, snapshots=c, data=data, hooks=hooks, times_uniform=times_uniform,
                      split=split, k_sweep=k_sweep) for c in chunks if c]
@@ -1228,8 +1227,7 @@ def grokking_sweep(omegas, ps, seeds=(0,), *, max_steps: int, train_frac: float 
     model_kw : dict, optional
         Passed to `make_modular_model`.
     processes : int, optional
-        As in `coreinv.train.map_processes` (the runs are independent); None: up to the CPU count,
-        and 1 when `model_kw["device"]` is not the CPU.
+        As in `coreinv.train.map_processes` (the runs are independent; off the CPU, one after another here).
     progress : bool
 
     Returns
@@ -1246,10 +1244,9 @@ def grokking_sweep(omegas, ps, seeds=(0,), *, max_steps: int, train_frac: float 
         As `modular_data` and `make_modular_model`, on a bad p, `train_frac` or model size.
     """
     model_kw = dict(model_kw or {})
-    if processes is None and str(model_kw.get("device", "cpu")) != "cpu":
-        processes = 1
     jobs = [dict(omega=float(w), p=int(p), seed=int(s), max_steps=max_steps, train_frac=train_frac, lr=lr,
                  betas=betas, log_every=log_every, level=level, model_kw=model_kw)
             for p in ps for w in omegas for s in seeds]
-    return map_processes(_sweep_run, jobs, processes, progress=progress, desc="sweep")
+    return map_processes(_sweep_run, jobs, processes, progress=progress, desc="sweep",
+                         device=model_kw.get("device", "cpu"))
 
