@@ -5,8 +5,6 @@
 # %% ../nbs/25_lm.ipynb #a6ac4232
 from __future__ import annotations
 
-import hashlib
-import inspect
 import json
 import time
 import warnings
@@ -20,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
+from .keys import digest, function_key
 from .presets import cache_dir
 from .tasks.agreement import CONSTRUCTIONS, MinimalPair, Sentence, WordVocab, corpus, test_pairs
 from .train import _save_atomic, train
@@ -159,38 +158,29 @@ def build_lm(spec: LMSpec, d_vocab: int | None = None) -> HookedTransformer:
     return model.eval()
 
 
-_MODULES = ("tasks/agreement.py", "train.py")
-
-
 def cache_key(spec: LMSpec, *extra) -> str:
     """12 hex digits naming `spec`'s trained model: the spec, the code that trains it and the versions.
 
-    The code is the source of this module's training functions (`build_lm`, `training_corpus`,
-    `held_out_pairs`, `train_or_load` and their helpers), the whole of `tasks.agreement` and `train`,
-    and the torch and TransformerLens versions; other edits of this module leave the key alone.
+    The code is that of this module's training functions (`build_lm`, `training_corpus`,
+    `held_out_pairs`, `train_or_load` and their helpers) and of every `coreinv` function they call
+    (`coreinv.keys.function_key`: the corpus of `tasks.agreement`, the loop of `train`), and the torch
+    and TransformerLens versions; docstring edits and edits of other code leave the key alone.
 
     Parameters
     ----------
     spec : LMSpec
     *extra
-        More things the model depends on (hashed by `str`).
+        More things the model depends on: values (hashed by `repr`) or functions (by their code,
+        through `function_key`).
 
     Returns
     -------
     str
     """
-    import coreinv
-    pkg = Path(coreinv.__file__).resolve().parent
-    h = hashlib.sha256(json.dumps(asdict(spec), sort_keys=True).encode())
-    for f in _MODULES:
-        h.update(f.encode() + b"\0" + (pkg / f).read_bytes() + b"\0")
-    for fn in (build_lm, training_corpus, held_out_pairs, _batches, _lm_loss, _fit_and_save, train_or_load):
-        h.update(inspect.getsource(fn).encode() + b"\0")
-    for p in ("torch", "transformer-lens"):
-        h.update(f"{p}=={metadata.version(p)}".encode())
-    for x in extra:
-        h.update(str(x).encode() + b"\0")
-    return h.hexdigest()[:12]
+    code = function_key(build_lm, training_corpus, held_out_pairs, _batches, _lm_loss, _fit_and_save,
+                        train_or_load, *(x for x in extra if callable(x)))
+    return digest(asdict(spec), code, *(f"{p}=={metadata.version(p)}" for p in ("torch", "transformer-lens")),
+                  *(x for x in extra if not callable(x)))
 
 
 def lm_folder(spec: LMSpec) -> Path:
@@ -325,7 +315,7 @@ def train_or_load_gpt2(spec: LMSpec, vocab_size: int = 6000, progress: bool = Tr
     if not isinstance(spec, LMSpec):
         raise ValueError(f"spec must be an LMSpec, got {type(spec).__name__}")
     from transformers import GPT2Config, GPT2LMHeadModel
-    key = cache_key(spec, vocab_size, *(inspect.getsource(f) for f in (train_or_load_gpt2, _bpe_tokenizer, _bpe_stream)))
+    key = cache_key(spec, vocab_size, train_or_load_gpt2, _bpe_tokenizer, _bpe_stream)
     folder = cache_dir("lm", f"{spec.name}-gpt2-bpe{vocab_size}-{key}")
     if (folder / "info.json").exists():
         return folder
@@ -381,7 +371,7 @@ def bpe_folder(spec: LMSpec, vocab_size: int = 6000) -> Path:
     -------
     Path
     """
-    key = cache_key(spec, vocab_size, *(inspect.getsource(f) for f in (train_or_load_bpe, _bpe_tokenizer, _bpe_stream)))
+    key = cache_key(spec, vocab_size, train_or_load_bpe, _bpe_tokenizer, _bpe_stream)
     return cache_dir("lm", f"{spec.name}-bpe{vocab_size}-{key}")
 
 
@@ -467,7 +457,7 @@ def lstm_folder(spec: LMSpec) -> Path:
     -------
     Path
     """
-    key = cache_key(spec, *(inspect.getsource(f) for f in (LSTMLM.__init__, LSTMLM.forward, train_or_load_lstm)))
+    key = cache_key(spec, LSTMLM, train_or_load_lstm)
     return cache_dir("lm", f"{spec.name}-lstm-{key}")
 
 

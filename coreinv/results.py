@@ -5,7 +5,7 @@
 # %% ../nbs/01_results.ipynb #75f6fcba
 from __future__ import annotations
 
-import hashlib
+import ast
 import json
 import math
 import os
@@ -17,7 +17,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from .presets import device, preset_name
+from .keys import code_key, digest, imported_modules
+from .presets import PRESET_NAMES, device, preset_name, sizes
 
 # %% auto #0
 __all__ = ['RESULTS_ENV', 'CHAPTERS', 'results_root', 'paper_values', 'Claim', 'check', 'assert_required', 'notebook_hash',
@@ -175,14 +176,6 @@ def assert_required(claims: list[Claim]) -> None:
         raise AssertionError(f"{len(bad)} required claim(s) failed:\n{lines}")
 
 # %% ../nbs/01_results.ipynb #5a4fe641
-def _sha(parts) -> str:
-    h = hashlib.sha256()
-    for part in parts:
-        h.update(part if isinstance(part, bytes) else str(part).encode())
-        h.update(b"\0")
-    return h.hexdigest()[:12]
-
-
 def _pinned_names() -> list[str]:
     "The packages whose versions a result depends on: the checkout's requirements.txt, else coreinv's own."
     checkout = _checkout()
@@ -219,8 +212,8 @@ def notebook_hash(path: str | Path) -> str:
     """
     with open(path, encoding="utf-8") as f:
         cells = json.load(f)["cells"]
-    return _sha("".join(c["source"]) if isinstance(c["source"], list) else c["source"]
-                for c in cells if c["cell_type"] == "code")
+    return digest(*("".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+                    for c in cells if c["cell_type"] == "code"))
 
 
 def chapter_notebook(chapter: str, source: Path | None = None) -> Path | None:
@@ -244,28 +237,58 @@ def chapter_notebook(chapter: str, source: Path | None = None) -> Path | None:
     return path if path.is_file() else None
 
 
+def _preset_table(module: str, stmt: ast.stmt) -> bool:
+    "A statement of a chapter's preset table (a `register(...)` call, or a private name one reads): hashed as data per chapter."
+    if module != "coreinv.presets": return False
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and \
+            getattr(stmt.value.func, "id", None) == "register":
+        return True
+    targets = [t.id for t in getattr(stmt, "targets", [getattr(stmt, "target", None)]) if isinstance(t, ast.Name)]
+    return bool(targets) and all(t.startswith("_") and not t.isupper() and t != "_SIZES" for t in targets)
+
+
+def _library(chapter: str | None) -> str:
+    "The code key of `chapter` (the modules its notebook imports, and its preset tables), else of the whole package."
+    import coreinv
+    pkg = Path(coreinv.__file__).resolve().parent
+    nb = chapter_notebook(chapter) if chapter is not None else None
+    if nb is None:
+        modules = sorted(".".join(("coreinv", *f.relative_to(pkg).with_suffix("").parts)).removesuffix(".__init__")
+                         for f in pkg.rglob("*.py") if "__pycache__" not in f.parts)
+        return code_key(modules)
+    cells = json.loads(nb.read_text(encoding="utf-8"))["cells"]
+    source = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    try: tables = {p: dict(sizes(chapter, p)) for p in PRESET_NAMES}
+    except ValueError: tables = None                                 # a chapter without presets
+    return digest(code_key(imported_modules(source), skip=_preset_table), tables)
+
+
 def provenance(chapter: str | None = None) -> dict[str, str]:
-    """The code behind a result: hashes of the `coreinv` source, of the pinned packages, and of both.
+    """The code behind a result: a key of the `coreinv` code it ran, of the pinned packages, and of both.
+
+    The code is hashed by syntax tree (`coreinv.keys.code_key`): docstring and comment edits change
+    nothing. With a `chapter` whose notebook is in the checkout, only the modules the notebook imports
+    count (followed through their imports), and of the presets module only that chapter's tables: an
+    edit of a module the chapter never imports, or of another chapter's sizes, leaves its results
+    current.
 
     Parameters
     ----------
     chapter : str, optional
-        A chapter's name: also hash its notebook's code (`notebook_hash` of `chapter_notebook`).
+        A chapter's name: key its code as above, and also hash its notebook's code (`notebook_hash`
+        of `chapter_notebook`).
 
     Returns
     -------
-    dict with `library` (the `.py` files of the imported `coreinv` package, by path and content),
-    `environment` (Python's version and the installed version of every package that
-    `requirements.txt` pins, or that `coreinv` requires when it runs outside its checkout) and
-    `key` (both): 12 hex digits each. Packages installed beside the pins do not change it. With
-    `chapter`, and when the checkout holds its notebook, also `notebook`: its `notebook_hash`.
+    dict with `library` (the code key: the chapter's, else the whole package's), `environment`
+    (Python's version and the installed version of every package that `requirements.txt` pins, or
+    that `coreinv` requires when it runs outside its checkout) and `key` (both): 12 hex digits each.
+    Packages installed beside the pins do not change it. With `chapter`, and when the checkout holds
+    its notebook, also `notebook`: its `notebook_hash`.
     """
-    import coreinv
-    pkg = Path(coreinv.__file__).resolve().parent
-    files = sorted(f for f in pkg.rglob("*.py") if "__pycache__" not in f.parts)
-    library = _sha(x for f in files for x in (f.relative_to(pkg).as_posix(), f.read_bytes()))
-    environment = _sha([platform.python_version(), *(f"{n}=={_installed(n)}" for n in _pinned_names())])
-    out = {"library": library, "environment": environment, "key": _sha([library, environment])}
+    library = _library(chapter)
+    environment = digest(platform.python_version(), *(f"{n}=={_installed(n)}" for n in _pinned_names()))
+    out = {"library": library, "environment": environment, "key": digest(library, environment)}
     nb = chapter_notebook(chapter) if chapter is not None else None
     if nb is not None: out["notebook"] = notebook_hash(nb)
     return out
@@ -461,13 +484,13 @@ def stale_results(preset: str, root: Path | None = None, *, chapters: list[str] 
         Empty when every result is current.
     """
     found = load_results(preset, root)
-    now = provenance()
     out = []
     for chapter in (chapters if chapters is not None else list(found)):
         res = found.get(chapter)
         if res is None:
             out.append((chapter, "no results: the chapter did not run to its end")); continue
         prov = res.get("provenance") or {}
+        now = provenance(chapter)
         nb = chapter_notebook(chapter, source)
         if prov.get("library") != now["library"]:
             out.append((chapter, f"written by library {prov.get('library')}, the current library is {now['library']}"))

@@ -5,7 +5,6 @@
 # %% ../nbs/20_train.ipynb #dbf8e202
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import multiprocessing
@@ -24,6 +23,8 @@ import torch
 from torch import Tensor
 from tqdm import tqdm
 from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+from .keys import digest, function_key
 
 # %% auto #0
 __all__ = ['CHECKPOINT_NAME', 'make_transformer', 'TrainLog', 'checkpoint_key', 'train', 'n_processes', 'map_processes']
@@ -141,27 +142,6 @@ def _save_atomic(obj: Any, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def _digest(h, x: Any) -> None:
-    "Feed `x` (tensors, arrays, containers, plain values) into the hash `h`, tensors by dtype, shape and bytes."
-    if isinstance(x, Tensor):
-        t = x.detach().cpu().contiguous()
-        h.update(f"T{t.dtype}{tuple(t.shape)}".encode())
-        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-    elif isinstance(x, np.ndarray):
-        h.update(f"A{x.dtype}{x.shape}".encode()); h.update(np.ascontiguousarray(x).tobytes())
-    elif isinstance(x, dict):
-        h.update(b"{")
-        for k in sorted(x, key=str): _digest(h, str(k)); _digest(h, x[k])
-        h.update(b"}")
-    elif isinstance(x, (list, tuple)):
-        h.update(b"[")
-        for v in x: _digest(h, v)
-        h.update(b"]")
-    else:
-        h.update(repr(x).encode())
-    h.update(b"\0")
-
-
 def _model_config(model: torch.nn.Module) -> dict:
     "The architecture: the module's class, a TransformerLens `cfg`'s plain fields, and each parameter's shape."
     cfg = getattr(model, "cfg", None)
@@ -172,8 +152,8 @@ def _model_config(model: torch.nn.Module) -> dict:
 
 
 def checkpoint_key(model: torch.nn.Module, batch_fn: Callable[[torch.Generator], Any], hparams: dict,
-                   config: dict | None = None) -> str:
-    """The cache key of a training run: everything that decides its weights, and the library's version.
+                   config: dict | None = None, code: Sequence[Callable | None] = ()) -> str:
+    """The cache key of a training run: everything that decides its weights, the training code included.
 
     `train` keeps a run's checkpoint under `checkpoint_dir/<key>/`, so a checkpoint is resumed only by a
     run with the same key, and a stale one (other code, data, architecture or settings) is never reused.
@@ -190,19 +170,21 @@ def checkpoint_key(model: torch.nn.Module, batch_fn: Callable[[torch.Generator],
         The optimiser and schedule settings, and the seed.
     config : dict, optional
         Anything else the caller knows affects the weights (e.g. a data configuration).
+    code : sequence of callable, optional
+        The functions the run calls (`loss_fn`, `callback`; None entries are ignored). Their code and
+        `train`'s, with the code they call, enters the key through `coreinv.keys.function_key`: an edit
+        of other code, or of any docstring, keeps the checkpoint. (`batch_fn` enters by its first batch.)
 
     Returns
     -------
     str
         16 hex digits.
     """
-    from coreinv.results import provenance
-    h = hashlib.sha256()
-    for part in (provenance()["library"], _model_config(model), model.state_dict(),
-                 batch_fn(torch.Generator().manual_seed(int(hparams.get("seed", 0)))),
-                 json.loads(json.dumps(hparams, default=str)), json.loads(json.dumps(config or {}, default=str))):
-        _digest(h, part)
-    return h.hexdigest()[:16]
+    fns = [train, *(f for f in code if f is not None)]
+    return digest(function_key(*fns), _model_config(model), model.state_dict(),
+                  batch_fn(torch.Generator().manual_seed(int(hparams.get("seed", 0)))),
+                  json.loads(json.dumps(hparams, default=str)), json.loads(json.dumps(config or {}, default=str)),
+                  length=16)
 
 
 @contextmanager
@@ -284,7 +266,7 @@ def train(model: torch.nn.Module, batch_fn: Callable[[torch.Generator], Any],
     path = key = None
     with torch.random.fork_rng(devices=[]), _cpu_threads(model, threads):
         if checkpoint_dir is not None:        # before seeding, so drawing the key's batch leaves the run alone
-            key = checkpoint_key(model, batch_fn, hparams, config)
+            key = checkpoint_key(model, batch_fn, hparams, config, code=(loss_fn, callback))
             path = Path(checkpoint_dir) / key / CHECKPOINT_NAME
         torch.manual_seed(seed)
         if path is not None and path.exists():
@@ -337,8 +319,25 @@ def train(model: torch.nn.Module, batch_fn: Callable[[torch.Generator], Any],
 def n_processes(processes: int | None, n_jobs: int, device: str | torch.device = "cpu") -> int:
     """How many worker processes `map_processes` uses for `n_jobs` calls computing on `device`.
 
-    None: one per job, at most `os.cpu_count()`. On any device but the CPU: 1 (the calls run in the
-    calling process). A `processes` that is not a positive int or None raises `ValueError`.
+    Parameters
+    ----------
+    processes : int or None
+        What the caller asked for; None: one per job, at most `os.cpu_count()`.
+    n_jobs : int
+        How many calls there are.
+    device : str or torch.device
+        Where the calls compute. On any device but the CPU the answer is 1: the calls run in the
+        calling process, one after the other (one accelerator is not shared between processes).
+
+    Returns
+    -------
+    int
+        The number of worker processes (1: run in this process).
+
+    Raises
+    ------
+    ValueError
+        If `processes` is neither None nor a positive int.
     """
     if processes is not None and (isinstance(processes, bool) or not isinstance(processes, int) or processes < 1):
         raise ValueError(f"processes must be a positive int or None, got {processes!r}")

@@ -79,9 +79,8 @@ def _modules() -> list[str]:
 
 
 MODULES = _modules()
-# Public names whose docstring still lacks numpydoc sections. n_processes: adding them changes the
-# library's bytes, so every committed `book` result goes stale until the next full `make book`.
-NOT_YET: set[str] = {"n_processes"}
+# Public names whose docstring still lacks numpydoc sections (none: a docstring edit changes no code key).
+NOT_YET: set[str] = set()
 
 
 def _public(modname):

@@ -87,7 +87,7 @@ def _split(frac):
 
 
 def test_checkpoint_key_changes_with_everything_that_decides_the_weights(monkeypatch):
-    import coreinv.results
+    import coreinv.train
     base = checkpoint_key(small(), copy_batch, HP)
     assert checkpoint_key(small(), copy_batch, dict(HP)) == base, "the same run, the same key"
     assert checkpoint_key(small(), _split(0.3), HP) != checkpoint_key(small(), _split(0.5), HP), "train_frac"
@@ -97,13 +97,13 @@ def test_checkpoint_key_changes_with_everything_that_decides_the_weights(monkeyp
     assert checkpoint_key(small(), copy_batch, HP | dict(seed=1)) != base, "the batches' seed"
     assert checkpoint_key(small(), copy_batch, HP | dict(lr=2e-2)) != base
     assert checkpoint_key(small(), copy_batch, HP, dict(p=31)) != checkpoint_key(small(), copy_batch, HP, dict(p=37))
-    real = coreinv.results.provenance
-    monkeypatch.setattr(coreinv.results, "provenance", lambda *a: {**real(*a), "library": "0123456789ab"})
-    assert checkpoint_key(small(), copy_batch, HP) != base, "the library's version"
+    assert checkpoint_key(small(), copy_batch, HP, code=[copy_loss]) != base, "the loss's code"
+    monkeypatch.setattr(coreinv.train, "function_key", lambda *fns: "0123456789ab")
+    assert checkpoint_key(small(), copy_batch, HP) != base, "the training code"
 
 
 def test_a_stale_checkpoint_is_never_reused(tmp_path, monkeypatch):
-    import coreinv.results
+    import coreinv.train
     first = small()
     train(first, _split(0.3), copy_loss, checkpoint_dir=tmp_path, **KW)
     other = small()                                   # another train_frac: trained afresh, not loaded
@@ -111,11 +111,11 @@ def test_a_stale_checkpoint_is_never_reused(tmp_path, monkeypatch):
     fresh = small()
     train(fresh, _split(0.5), copy_loss, **KW)
     assert same(other, fresh) and not same(other, first)
-    real = coreinv.results.provenance                 # a new library: the old checkpoints are not loaded
-    monkeypatch.setattr(coreinv.results, "provenance", lambda *a: {**real(*a), "library": "0123456789ab"})
+    # new training code: the old checkpoints are not loaded
+    monkeypatch.setattr(coreinv.train, "function_key", lambda *fns: "0123456789ab")
     drawn = []
     train(small(), lambda g: drawn.append(1) or _split(0.3)(g), copy_loss, checkpoint_dir=tmp_path, **KW)
-    assert len(drawn) == 1 + KW["steps"], "a new library trains again"
+    assert len(drawn) == 1 + KW["steps"], "new training code trains again"
     assert len(list(tmp_path.glob(f"*/{CHECKPOINT_NAME}"))) == 3
 
 

@@ -6,10 +6,8 @@
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import math
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +23,7 @@ from tqdm import tqdm
 from ..ablate import CoreDims, core_dims, hook_evaluator, pca_core
 from ..ace import ACE, record_activation
 from ..identify import fit_operator, operator_spectrum
+from ..keys import digest
 from ..train import TrainLog, _save_atomic, make_transformer, map_processes, n_processes, train
 
 # %% auto #0
@@ -619,14 +618,14 @@ def train_seeds(seeds, p: int, train_frac: float, steps: int, *, model_kw: dict 
     def folder(seed: int) -> Path | None:
         if checkpoint_dir is None:
             return None
-        settings = json.dumps(dict(p=p, train_frac=train_frac, steps=steps, seed=seed, model_kw=model_kw,
-                                   train_kw=train_kw), sort_keys=True, default=str)
-        digest = hashlib.sha256(settings.encode()).hexdigest()[:10]
-        return Path(checkpoint_dir) / f"p{p}-f{train_frac}-steps{steps}-seed{seed}-{digest}"
+        settings = json.loads(json.dumps(dict(p=p, train_frac=train_frac, steps=steps, seed=seed, model_kw=model_kw,
+                                              train_kw=train_kw), default=str))
+        return Path(checkpoint_dir) / f"p{p}-f{train_frac}-steps{steps}-seed{seed}-{digest(settings, length=10)}"
 
     jobs = [dict(p=p, train_frac=train_frac, steps=steps, seed=s, model_kw=model_kw, checkpoint_dir=folder(s),
                  **train_kw) for s in seeds]
-    results = map_processes(grokking_run, jobs, processes or max(1, len(jobs)), progress=progress, desc="seeds",
+    results = map_processes(grokking_run, jobs, max(1, len(jobs)) if processes is None else processes,
+                            progress=progress, desc="seeds",
                             device=model_kw.get("device", "cpu"))
     runs = {}
     for s, r in zip(seeds, results):
