@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib
+import importlib.util
 import inspect
 import sys
 import textwrap
@@ -113,7 +114,7 @@ def _module_path(name: str) -> Path | None:
     "The source file of the `coreinv` module `name`, found without importing anything; None if there is none."
     parts = name.split(".")
     if parts[0] != PACKAGE: return None
-    base = Path(__file__).resolve().parent.joinpath(*parts[1:])
+    base = Path(importlib.util.find_spec(PACKAGE).origin).resolve().parent.joinpath(*parts[1:])
     for path in (base / "__init__.py", base.with_suffix(".py")):
         if path.is_file(): return path
     return None
@@ -236,6 +237,7 @@ def _ours(obj: Any) -> bool:
     if top in sys.stdlib_module_names: return False
     try: path = inspect.getsourcefile(obj) or ""
     except TypeError: return False                                       # built-in
+    except OSError: return top == "__main__"                             # a class made in a notebook or script
     return bool(path) and not any(p in Path(path).parts for p in ("site-packages", "dist-packages"))
 
 

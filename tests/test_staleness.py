@@ -1,5 +1,6 @@
 """Committed results come from the current code (issue 12, "Both chapters"): every `results/book/*.json`
-names the library imported now and the code of its chapter notebook as it is now. The rule is
+names the code it ran as it is now (the modules its chapter imports: `provenance(chapter)`) and the code of
+its chapter notebook as it is now. The rule is
 `coreinv.results.stale_results`, the same one `make book` applies to a fresh build; its unit tests
 here show it passing on a file written now and failing on a stale one."""
 import json
@@ -33,7 +34,7 @@ def _edit(path, **prov):
 def test_a_file_written_now_is_current(tmp_path):
     f = _write(tmp_path)
     prov = json.loads(f.read_text())["provenance"]
-    assert prov["library"] == provenance()["library"]
+    assert prov["library"] == provenance("markov")["library"]
     assert prov["notebook"] == notebook_hash(chapter_notebook("markov"))
     assert stale_results("book", tmp_path) == []
     assert stale_results("book", tmp_path, environment=True) == []
