@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import time
-import warnings
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from importlib import metadata
@@ -16,12 +15,12 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from transformer_lens import HookedTransformer, HookedTransformerConfig
+from transformer_lens import HookedTransformer
 
 from .keys import digest, function_key
 from .presets import cache_dir
 from .tasks.agreement import CONSTRUCTIONS, MinimalPair, Sentence, WordVocab, corpus, test_pairs
-from .train import _save_atomic, train
+from .train import _save_atomic, make_transformer, train
 
 # %% auto #0
 __all__ = ['POSITIONAL', 'LMSpec', 'held_out_pairs', 'training_corpus', 'build_lm', 'cache_key', 'lm_folder', 'lm_info',
@@ -146,16 +145,8 @@ def build_lm(spec: LMSpec, d_vocab: int | None = None) -> HookedTransformer:
     HookedTransformer, in eval mode, on the CPU
     """
     d_vocab = d_vocab or len(WordVocab.from_lexicon())
-    cfg = HookedTransformerConfig(
-        n_layers=spec.n_layers, d_model=spec.d_model, n_heads=spec.n_heads,
-        d_head=spec.d_model // spec.n_heads, d_mlp=spec.d_mlp or 4 * spec.d_model, d_vocab=d_vocab,
-        n_ctx=spec.n_ctx, act_fn="gelu", normalization_type="LN",
-        positional_embedding_type=spec.positional, device="cpu")
-    with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.manual_seed(spec.seed)
-        model = HookedTransformer(cfg)
-    return model.eval()
+    return make_transformer(spec.n_layers, spec.d_model, spec.n_heads, d_vocab, spec.n_ctx, spec.d_mlp,
+                            seed=spec.seed, act_fn="gelu", positional=spec.positional).eval()
 
 
 def cache_key(spec: LMSpec, *extra) -> str:

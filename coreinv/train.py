@@ -33,7 +33,7 @@ __all__ = ['CHECKPOINT_NAME', 'make_transformer', 'TrainLog', 'checkpoint_key', 
 def make_transformer(n_layers: int, d_model: int, n_heads: int, d_vocab: int, n_ctx: int,
                      d_mlp: int | None = None, *, seed: int = 0, normalization_type: str | None = "LN",
                      act_fn: str = "relu", init_std: float | None = None, attn_only: bool = False,
-                     device: str | torch.device = "cpu") -> HookedTransformer:
+                     positional: str = "standard", device: str | torch.device = "cpu") -> HookedTransformer:
     """A freshly initialised `HookedTransformer` (attention + MLP blocks); the same seed gives the same weights.
 
     Parameters
@@ -51,6 +51,8 @@ def make_transformer(n_layers: int, d_model: int, n_heads: int, d_vocab: int, n_
         Standard deviation of the initial weights (default TransformerLens's 0.8/sqrt(d_model)).
     attn_only : bool
         Attention-only blocks, no MLPs.
+    positional : str
+        TransformerLens's `positional_embedding_type`: "standard" (learned), "rotary", "shortformer", ...
     device : str or torch.device
 
     Returns
@@ -78,6 +80,7 @@ def make_transformer(n_layers: int, d_model: int, n_heads: int, d_vocab: int, n_
         n_layers=n_layers, d_model=d_model, n_heads=n_heads, d_head=d_model // n_heads,
         d_mlp=None if attn_only else (d_mlp or 4 * d_model), d_vocab=d_vocab, n_ctx=n_ctx,
         act_fn=act_fn, normalization_type=normalization_type, attn_only=attn_only,
+        positional_embedding_type=positional,
         initializer_range=init_std if init_std is not None else -1.0,  # -1: TL's 0.8/sqrt(d_model)
         device=str(device))
     with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
