@@ -1,7 +1,7 @@
 """pytest glue shared by tests/ and the nbval run over nbs/.
 
 GPU cells: a notebook cell tagged `gpu` is skipped (and counted as skipped) unless
-`coreinv.presets.has_gpu()` is true. The book build applies the same rule in `_ext/coreinv_book.py`.
+`coreinv.runtime.has_gpu()` is true. The book build applies the same rule in `_ext/coreinv_book.py`.
 """
 import pytest
 
@@ -21,7 +21,7 @@ def gpu_skip_marker(item, gpu_available: bool):
 def pytest_collection_modifyitems(config, items):
     if not any(hasattr(i, "cell") for i in items):
         return
-    from coreinv.presets import has_gpu
+    from coreinv.runtime import has_gpu
     gpu = has_gpu()
     for item in items:
         marker = gpu_skip_marker(item, gpu)

@@ -8,7 +8,7 @@ its public functions; nothing else re-implements them.
    `#| default_exp`), so the notebooks need no Jupyter Book `remove-*` tags of their own.
    A cell that only calls `show_doc(...)` shows its output (the signature) alone.
 2. GPU cells. A code cell tagged `gpu` (`coreinv.presets.GPU_TAG`) runs only when
-   `coreinv.presets.has_gpu()` is true. Otherwise the notebook reader gives it nbclient's own
+   `coreinv.runtime.has_gpu()` is true. Otherwise the notebook reader gives it nbclient's own
    skip tag (`skip-execution`), so the executor passes over it, and any `gpu` cell without outputs
    gets a visible "needs a GPU" note. nbval's side of the same rule is in `conftest.py`.
 3. Outputs as a reader sees them. Progress bars write `\\r` updates; the book shows what a terminal
@@ -34,7 +34,8 @@ from docutils.transforms import Transform
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
-from coreinv.presets import GPU_TAG, has_gpu
+from coreinv.presets import GPU_TAG
+from coreinv.runtime import has_gpu
 
 LOGGER = logging.getLogger(__name__)
 SKIP_TAG = "skip-execution"  # nbclient's default `skip_cells_with_tag`

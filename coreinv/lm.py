@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from transformer_lens import HookedTransformer
 
 from .keys import digest, function_key
-from .presets import cache_dir
+from .runtime import cache_dir
 from .tasks.agreement import CONSTRUCTIONS, MinimalPair, Sentence, WordVocab, corpus, test_pairs
 from .train import _save_atomic, make_transformer, train
 

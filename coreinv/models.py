@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .presets import device as _device
+from .runtime import device as _device
 
 # %% auto #0
 __all__ = ['CONFIG_FILE', 'WEIGHT_FILES', 'ARCHS', 'SPECIAL_TOKENS', 'ROUTES', 'HOOKED_ARCHITECTURES', 'tiny_tokenizer',
@@ -227,7 +227,7 @@ def load_local(path, *, route: str = "bridge", device: str | torch.device | None
         (the architectures in ``HOOKED_ARCHITECTURES``; deprecated by TransformerLens 3.9, which says so
         with a ``DeprecationWarning``). Neither route folds LayerNorm or centres weights.
     device : str or torch.device, optional
-        Where the model lives; default `coreinv.presets.device()` (CUDA if available, else CPU).
+        Where the model lives; default `coreinv.runtime.device()` (CUDA if available, else CPU).
     dtype : torch.dtype
         Parameter dtype, default float32.
 

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from .keys import code_key, digest, imported_modules
-from .presets import PRESET_NAMES, device, preset_name, sizes
+from .presets import PRESET_NAMES, preset_name, sizes
+from .runtime import device
 
 # %% auto #0
 __all__ = ['RESULTS_ENV', 'CHAPTERS', 'results_root', 'paper_values', 'Claim', 'check', 'assert_required', 'notebook_hash',

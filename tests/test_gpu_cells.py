@@ -1,6 +1,6 @@
 """The `gpu` cell tag, on both sides: nbval skips such cells without a GPU and runs them with one,
 and the book leaves them unexecuted with a visible note without a GPU and runs them with one.
-`COREINV_DEVICE` forces the answer of `coreinv.presets.has_gpu()`, so both sides run on any machine
+`COREINV_DEVICE` forces the answer of `coreinv.runtime.has_gpu()`, so both sides run on any machine
 (a cell here only prints, so 'running it on a GPU' works on a CPU too)."""
 import re
 import shutil
