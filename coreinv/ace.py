@@ -639,9 +639,12 @@ class ACE(Estimator):
         acc, hh, vv = tot[:-2].reshape(shape), float(tot[-2]), float(tot[-1])
         if self.method == "jvp":                  # the tangents used each rank's centre: it must be h̄
             off = max(float((m["centre"] - mean).norm()) for m in metas if m["n"] > 0)
-            if off > 1e-6 * (hh / N) ** 0.5 + 1e-12 * float(mean.norm()):
-                raise ValueError(f"the jvp tangents were centred {off:.2g} away from the data's mean: pass "
-                                 f"the mean of all the data to the first partial_fit")
+            # up to the round-off of centring in the compute dtype: ε·(‖h̄‖ + spread), however large h̄
+            eps = torch.finfo(_compute_dtype(st["dtype"])).eps
+            if off > 1e-6 * (hh / N) ** 0.5 + 4 * eps * (float(mean.norm()) + (hh / N) ** 0.5):
+                raise ValueError(f"the jvp tangents were centred {off:.2g} away from the data's mean, more "
+                                 f"than round-off: with partial_fit, pass the mean of all the data (mean=) "
+                                 f"to the first call")
         if vv == 0.0:
             raise ValueError("the Jacobian of outputs with respect to acts is zero everywhere: outputs "
                              "must depend on acts through differentiable torch operations (no .detach(), "

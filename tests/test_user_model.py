@@ -117,3 +117,114 @@ def test_folder_without_tokenizer_runs_on_ids_and_refuses_text(folders, models, 
         collect_triples(m, ["the cat sat", "a dog ran"], positions=[-1])  # gave two identical rows
     data = collect_triples(m, TOKENS[:2], positions=[-1])
     assert data.X.shape[1] == 2
+
+
+# -- ablate at the attention pattern (items 3 and 9), one-argument metrics (item 10) ------------------
+from coreinv.ablate import ablate, core_dims, hook_evaluator, mean_core, random_core   # noqa: E402
+
+
+def _tiny_hooked(n_heads=4, n_ctx=8):
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cfg = HookedTransformerConfig(n_layers=2, d_model=16, n_ctx=n_ctx, d_head=4, n_heads=n_heads,
+                                      d_vocab=10, act_fn="relu", seed=0)
+        return HookedTransformer(cfg).eval()
+
+
+def test_ablate_at_hook_pattern_edits_the_query_position_when_pos_equals_heads():
+    "Item 3: 4 tokens, 4 heads: head 3 was edited at every query instead of query -1 in every head."
+    model, hook = _tiny_hooked(n_heads=4), "blocks.0.attn.hook_pattern"
+    tokens = torch.randint(0, 10, (3, 4), generator=torch.Generator().manual_seed(1))   # T = n_heads = 4
+    pat = record_activation(model, hook, tokens)[0]                                       # [batch, head, q, k]
+    core = random_core(4 * 4, 5, torch.full((16,), 0.25), seed=2)                         # D = n_heads·key_pos
+    with ablate(model, hook, core, "remove", pos=-1):
+        new = record_activation(model, hook, tokens)[0]
+    assert torch.equal(new[:, :, :-1], pat[:, :, :-1])                                    # other queries untouched
+    expected = core.remove(pat[:, :, -1].reshape(3, 16).double()).reshape(3, 4, 4)        # [head, key] of query -1
+    assert torch.allclose(new[:, :, -1].double(), expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_core_fitted_at_hook_pattern_validates_with_ablate(models, route):
+    "Item 9: fit_hook flattened [head, key], ablate [query, key] (D = 144 vs d = 48): now both [head, key]."
+    model, hook = models["gpt2", route], "blocks.1.attn.hook_pattern"
+    readout = lambda logits: logits[:, -1].log_softmax(-1)
+    ace = ACE(n_components=3).fit_hook(model, TOKENS, hook, readout, pos=-1, progress=False)
+    assert ace.core().d == 4 * TOKENS.shape[1]                                            # n_heads · key_pos
+    pat = record_activation(model, hook, TOKENS)[0]
+    with ablate(model, hook, ace.core(), "keep", pos=-1):
+        kept = record_activation(model, hook, TOKENS)[0]
+    flat = pat.movedim(2, 1)[:, -1].reshape(len(TOKENS), -1)                              # [batch, head·key]
+    assert torch.allclose(kept.movedim(2, 1)[:, -1].reshape(len(TOKENS), -1),
+                          ace.core().keep(flat), atol=1e-5)
+    metric = lambda logits: float(logits[:, -1].log_softmax(-1).mean())
+    ev = hook_evaluator(model, hook, TOKENS, metric, pos=-1)
+    assert ev(ace.core(), "keep") == pytest.approx(ev(ace.core(), "keep"))               # runs, deterministic
+
+
+def test_ablate_refuses_masked_attention_scores_on_both_routes(models):
+    "Item 9: the bridge's scores hold -3.4e38 where masked, the hooked route -inf: both are refused."
+    for route in ROUTES:
+        core = mean_core(torch.zeros(4 * TOKENS.shape[1]))
+        with pytest.raises(ValueError, match="masked entries.*hook_pattern"):
+            with ablate(models["gpt2", route], "blocks.0.attn.hook_attn_scores", core, "keep", pos=-1):
+                models["gpt2", route](TOKENS)
+
+
+def test_hook_evaluator_takes_a_one_argument_metric():
+    "Item 10: TransformerLens-style metric(logits) raised TypeError."
+    model, hook = _tiny_hooked(), "blocks.0.hook_resid_post"
+    tokens = torch.randint(0, 10, (5, 6), generator=torch.Generator().manual_seed(3))
+    one = hook_evaluator(model, hook, tokens, lambda logits: logits[:, -1].log_softmax(-1).max(-1).values.mean())
+    two = hook_evaluator(model, hook, tokens, lambda logits, x: logits[:, -1].log_softmax(-1).max(-1).values.mean())
+    core = random_core(16, 3, torch.zeros(16))
+    assert one(None) == two(None) and one(core, "remove") == two(core, "remove")
+    with pytest.raises(ValueError, match="metric must be a callable"):
+        hook_evaluator(model, hook, tokens, "loss")
+
+
+def test_mean_core_is_the_chance_baseline():
+    "The helper the guide uses instead of Core(torch.zeros(d, 0), mean)."
+    model, hook = _tiny_hooked(), "blocks.0.hook_resid_post"
+    tokens = torch.randint(0, 10, (5, 6), generator=torch.Generator().manual_seed(4))
+    acts = record_activation(model, hook, tokens)[0]
+    mean = acts.reshape(-1, 16).mean(0)
+    c = mean_core(mean)
+    assert (c.k, c.d) == (0, 16)
+    with ablate(model, hook, c, "keep"):
+        kept = record_activation(model, hook, tokens)[0]
+    assert torch.allclose(kept, mean.expand_as(kept), atol=1e-6)
+    with ablate(model, hook, c, "remove"):
+        assert torch.allclose(record_activation(model, hook, tokens)[0], acts, atol=1e-6)
+    for bad in (torch.zeros(2, 3), torch.tensor([1.0, float("nan")])):
+        with pytest.raises(ValueError, match="mean must be a finite 1-D vector"):
+            mean_core(bad)
+
+
+# -- ACE on activations with a large mean (item 5) ---------------------------------------------------
+@pytest.mark.parametrize("shift,float64", [(50.0, False), (400.0, False), (400.0, True), (1e4, False)])
+def test_ace_fits_float32_activations_with_an_outsized_coordinate(shift, float64):
+    "Item 5: +50 on one coordinate was refused by a round-off check that blamed partial_fit."
+    g = torch.Generator().manual_seed(5)
+    acts = torch.randn(512, 24, generator=g)
+    acts[:, 3] += shift                                                   # a real model's outsized dimension
+    W = torch.randn(24, 6, generator=g)
+    W[3] = 0.01                                                           # it barely moves the outputs
+    outputs = lambda h: torch.tanh(h @ W.to(h.dtype) / 30)                # [n, 6]
+    got = ACE(float64=float64).fit(acts, outputs)
+    ref = ACE(float64=True).fit(acts.double(), outputs)
+    # the leading directions (the round-off floor decides the last, tiny singular values' rank cut)
+    assert torch.allclose(got.singular_values_[:3].double(), ref.singular_values_[:3], rtol=1e-3)
+    assert projector_overlap(got.core(3).basis, ref.core(3).basis) > 1 - 1e-4
+
+
+def test_ace_still_refuses_a_wrong_mean_in_partial_fit():
+    "The check stays where the data cannot be fitted: a first partial_fit centred away from the data."
+    g = torch.Generator().manual_seed(6)
+    acts = torch.randn(256, 8, generator=g) + 50
+    f = lambda h: torch.tanh(h - 50)
+    ace = ACE().partial_fit(acts[:128], f, mean=acts.mean(0).double() + 0.1)
+    ace.partial_fit(acts[128:], f)
+    with pytest.raises(ValueError, match="centred .* away from the data's mean.*mean="):
+        ace.finalize()
