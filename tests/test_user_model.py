@@ -230,3 +230,12 @@ def test_ace_still_refuses_a_wrong_mean_in_partial_fit():
     ace.partial_fit(acts[128:], f)
     with pytest.raises(ValueError, match="centred .* away from the data's mean.*mean="):
         ace.finalize()
+
+
+def test_fit_hook_refuses_masked_attention_scores_on_both_routes(models):
+    "Item 9: the hooked route refused hook_attn_scores (-inf), the bridge (-3.4e38) fitted it."
+    readout = lambda logits: logits[:, -1].log_softmax(-1)
+    for route in ROUTES:
+        with pytest.raises(ValueError, match="holds -inf where the causal mask.*hook_pattern"):
+            ACE().fit_hook(models["gpt2", route], TOKENS, "blocks.0.attn.hook_attn_scores", readout, pos=-1,
+                           progress=False)
