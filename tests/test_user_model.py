@@ -239,3 +239,12 @@ def test_fit_hook_refuses_masked_attention_scores_on_both_routes(models):
         with pytest.raises(ValueError, match="holds -inf where the causal mask.*hook_pattern"):
             ACE().fit_hook(models["gpt2", route], TOKENS, "blocks.0.attn.hook_attn_scores", readout, pos=-1,
                            progress=False)
+
+
+def test_dir_coreinv_shows_only_public_names():
+    "The way in: dir(coreinv) listed sys, types, importlib and TYPE_CHECKING."
+    import coreinv
+    names = set(dir(coreinv))
+    assert not {"sys", "types", "importlib", "TYPE_CHECKING"} & names, names
+    assert {"ACE", "EDMDc", "load_local", "mean_core", "__version__"} <= names
+    assert all(not n.startswith("_") or n == "__version__" for n in names), names
