@@ -283,7 +283,8 @@ def load_local(path, *, route: str = "bridge", device: str | torch.device | None
     path : str or Path
         A folder holding ``config.json`` and the weights (``model.safetensors``, ``pytorch_model.bin``
         or a sharded index), as written by ``model.save_pretrained(path)``. A tokenizer saved there too
-        is attached to the model; without one the model runs on token ids.
+        is attached to the model; without one the model runs on token ids (``model.tokenizer`` is
+        None, and ``to_tokens`` raises a ``ValueError`` that says so).
     route : {"bridge", "hooked"}
         ``"bridge"``: a ``TransformerBridge`` around the ``transformers`` model itself (any architecture
         TransformerLens's bridge knows). ``"hooked"``: the weights converted into a ``HookedTransformer``
@@ -297,7 +298,10 @@ def load_local(path, *, route: str = "bridge", device: str | torch.device | None
     Returns
     -------
     TransformerBridge or HookedTransformer, in eval mode, with TransformerLens hook names
-    (``blocks.0.hook_resid_post``, ``blocks.0.attn.hook_z``, ...).
+    (``blocks.0.hook_resid_post``, ``blocks.0.attn.hook_z``, ...). Reads and writes at the residual
+    hooks (``hook_resid_pre``, ``hook_resid_mid``, ``hook_resid_post``) act alike on both routes: on
+    a bridge, ``hook_resid_mid`` is a hook point of its own whose edits reach the residual stream,
+    not only the MLP's input.
 
     Raises
     ------
