@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 _EXPORTS = {
     "ace": ["ACE", "Core", "clone", "hook_names", "record_activation", "replace_activation"],
     "ablate": ["ablate", "core_dims", "CoreDims", "hook_evaluator", "sufficiency", "necessity",
-               "random_core", "pca_core", "class_means_core", "probe_core"],
+               "mean_core", "random_core", "pca_core", "class_means_core", "probe_core"],
     "identify": ["fit_operator", "lagged_pairs", "match_spectra", "operator_spectrum"],
     "compare": ["projector_overlap", "cca", "procrustes", "cca_align", "weight_cosine", "spearman"],
     "merge": ["fold_layernorm", "rotate_residual", "interpolate", "core_aligned_rotation"],
@@ -32,8 +32,8 @@ _EXPORTS = {
 _WHERE = {name: mod for mod, names in _EXPORTS.items() for name in names}     # name → module
 
 if TYPE_CHECKING:                                 # for IDEs and type checkers; never run
-    from .ablate import (CoreDims, ablate, class_means_core, core_dims, hook_evaluator, necessity, pca_core,
-                         probe_core, random_core, sufficiency)
+    from .ablate import (CoreDims, ablate, class_means_core, core_dims, hook_evaluator, mean_core, necessity,
+                         pca_core, probe_core, random_core, sufficiency)
     from .ace import ACE, Core, clone, hook_names, record_activation, replace_activation
     from .calibration import CalibrationData, check_update, collect_triples, fit_realisations
     from .compare import cca, cca_align, procrustes, projector_overlap, spearman, weight_cosine
@@ -59,7 +59,10 @@ def __getattr__(name: str):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_WHERE))
+    "The public names: `__version__`, the exports, and the submodules imported so far (no `sys`, `types`)."
+    subs = {n for n, v in globals().items()
+            if isinstance(v, types.ModuleType) and v.__name__.startswith(__name__ + ".")}
+    return sorted({"__version__", *_WHERE} | subs)
 
 
 class _Package(types.ModuleType):

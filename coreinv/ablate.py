@@ -14,11 +14,11 @@ import torch
 from torch import Tensor, nn
 from tqdm import tqdm
 
-from .ace import ACE, Core, as_acts, replace_activation
+from .ace import _QUERY_AXIS_HOOKS, ACE, Core, _is_hooked, _n_args, as_acts, replace_activation
 
 # %% auto #0
-__all__ = ['MODES', 'ablate', 'sufficiency', 'necessity', 'CoreDims', 'core_dims', 'hook_evaluator', 'random_core', 'pca_core',
-           'class_means_core', 'probe_core']
+__all__ = ['MODES', 'ablate', 'sufficiency', 'necessity', 'CoreDims', 'core_dims', 'hook_evaluator', 'mean_core', 'random_core',
+           'pca_core', 'class_means_core', 'probe_core']
 
 # %% ../nbs/11_ablate.ipynb #dbeaeff0
 MODES = ("keep", "remove", "flip")
@@ -49,7 +49,10 @@ def ablate(model: nn.Module, hook: str, core: Core, mode: str = "keep", pos: int
         Keep: project onto the core (mean + U Uᵀ(h − mean)); remove: project it out; flip: reflect,
         mean + (I − 2 U Uᵀ)(h − mean), so each core coordinate changes sign and the rest is kept.
     pos : int, optional
-        One position (the others are left alone); None: every position.
+        One position (the others are left alone); None: every position. At `hook_pattern` and
+        `hook_attn_scores` ([batch, head, query_pos, key_pos]) it is the *query* position, and each
+        query position's [head, key_pos] pattern is one activation of D = n_heads·key_pos, as
+        `ACE.fit_hook` flattens it: axes are chosen by the hook's name, never by their sizes.
 
     Yields
     ------
@@ -59,19 +62,31 @@ def ablate(model: nn.Module, hook: str, core: Core, mode: str = "keep", pos: int
     ------
     ValueError
         On an unknown mode, a `core` that is not a Core, or (during the forward pass) an
-        activation whose D differs from the core's, or a `pos` outside the positions.
+        activation whose D differs from the core's, a `pos` outside the positions, or attention
+        scores that hold masked entries (-inf, or the dtype's most negative value).
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if not isinstance(core, Core):
         raise ValueError(f"core must be a Core (ACE.core(k), or a baseline), got {type(core).__name__}")
     op = (lambda h: _flip(core, h)) if mode == "flip" else getattr(core, mode)
+    query_axis = _is_hooked(model) and hook.rsplit(".", 1)[-1] in _QUERY_AXIS_HOOKS
 
     def fn(act: Tensor) -> Tensor:                          # [batch, D] or [batch, pos, ...]
         if act.ndim == 2:
             if pos is not None:
                 raise ValueError(f"the activation at {hook!r} has no position axis: pass pos=None")
             return op(act)
+        if query_axis and act.ndim == 4:                    # [batch, head, query, key] → [batch, query, head, key]
+            if act.is_floating_point() and not (act > torch.finfo(act.dtype).min / 2).all():
+                raise ValueError(f"{hook!r} holds masked entries (-inf, or {torch.finfo(act.dtype).min:.2g}) "
+                                 f"where the causal mask hides later keys, so a core's mean and projection "
+                                 f"are undefined there: ablate at {hook.rsplit('.', 1)[0]}.hook_pattern "
+                                 f"instead (the same layout, 0 where masked)")
+            return per_position(act.movedim(2, 1)).movedim(1, 2)
+        return per_position(act)
+
+    def per_position(act: Tensor) -> Tensor:                # [batch, pos, ...]
         flat = act.reshape(*act.shape[:2], -1)              # [batch, pos, D]
         if flat.shape[-1] != core.d:
             raise ValueError(f"the activation at {hook!r} has D={flat.shape[-1]} but the core has d={core.d}")
@@ -281,32 +296,71 @@ def core_dims(evaluate: Callable[[Core, str], float], cores: ACE | Callable[[int
                     skipped)
 
 
-def hook_evaluator(model: nn.Module, hook: str, inputs: Tensor, metric: Callable[[Tensor, Tensor], float],
+def hook_evaluator(model: nn.Module, hook: str, inputs: Tensor, metric: Callable[..., float],
                    pos: int | None = None) -> Callable[[Core | None, str], float]:
-    """`evaluate(core, mode)`: `metric(model(inputs), inputs)` with `core` kept/removed at `hook` (None: intact).
+    """`evaluate(core, mode)`: `metric(model(inputs)[, inputs])` with `core` kept/removed at `hook` (None: intact).
 
     Parameters
     ----------
     model : nn.Module
     hook : str
     inputs : Tensor [batch, ...]
-    metric : callable (model_output, inputs) → float
+    metric : callable (model_output) → float, or (model_output, inputs) → float
+        A TransformerLens-style `metric(logits)` (one positional parameter) gets the model's output
+        only; a two-parameter one also gets `inputs`.
     pos : int, optional
         Ablate at this position only (see `ablate`).
 
     Returns
     -------
     callable (core or None, mode="keep") → float, run without gradients; the `evaluate` of `core_dims`.
+
+    Raises
+    ------
+    ValueError
+        If `metric` is not callable.
     """
+    if not callable(metric):
+        raise ValueError(f"metric must be a callable metric(logits) or metric(logits, inputs) → float, "
+                         f"got {type(metric).__name__}")
+    score = (lambda out: metric(out)) if _n_args(metric) == 1 else (lambda out: metric(out, inputs))
+
     def evaluate(core: Core | None, mode: str = "keep") -> float:
         with torch.no_grad():
             if core is None:
-                return float(metric(model(inputs), inputs))
+                return float(score(model(inputs)))
             with ablate(model, hook, core, mode, pos):
-                return float(metric(model(inputs), inputs))
+                return float(score(model(inputs)))
     return evaluate
 
 # %% ../nbs/11_ablate.ipynb #fd7cec8f
+def mean_core(mean: Tensor) -> Core:
+    """The chance baseline: the core with no directions (k = 0) through `mean`.
+
+    `keep` replaces the activation by `mean` (nothing of the input survives), `remove` leaves it
+    unchanged; `hook_evaluator(...)(mean_core(mean), "keep")` is the "chance" of `core_dims`.
+
+    Parameters
+    ----------
+    mean : Tensor or array [d]
+        Usually the activations' mean (`ACE.mean_`).
+
+    Returns
+    -------
+    Core with k = 0 and d = len(mean).
+
+    Raises
+    ------
+    ValueError
+        If `mean` is not a 1-D vector of finite numbers.
+    """
+    m = torch.as_tensor(mean).detach()
+    if m.ndim != 1 or m.numel() == 0 or not torch.isfinite(m).all():
+        raise ValueError(f"mean must be a finite 1-D vector [d], got shape {tuple(m.shape)}"
+                         + ("" if m.ndim != 1 or m.numel() == 0 else " with NaN/Inf entries"))
+    return Core(torch.zeros(m.shape[0], 0, dtype=torch.float64), m)
+
+
 def random_core(d: int, k: int, mean: Tensor, seed: int = 0) -> Core:
     """A uniformly random k-dim subspace of R^d through `mean` (Haar-distributed, seeded).
 

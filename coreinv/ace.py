@@ -639,9 +639,12 @@ class ACE(Estimator):
         acc, hh, vv = tot[:-2].reshape(shape), float(tot[-2]), float(tot[-1])
         if self.method == "jvp":                  # the tangents used each rank's centre: it must be h̄
             off = max(float((m["centre"] - mean).norm()) for m in metas if m["n"] > 0)
-            if off > 1e-6 * (hh / N) ** 0.5 + 1e-12 * float(mean.norm()):
-                raise ValueError(f"the jvp tangents were centred {off:.2g} away from the data's mean: pass "
-                                 f"the mean of all the data to the first partial_fit")
+            # up to the round-off of centring in the compute dtype: ε·(‖h̄‖ + spread), however large h̄
+            eps = torch.finfo(_compute_dtype(st["dtype"])).eps
+            if off > 1e-6 * (hh / N) ** 0.5 + 4 * eps * (float(mean.norm()) + (hh / N) ** 0.5):
+                raise ValueError(f"the jvp tangents were centred {off:.2g} away from the data's mean, more "
+                                 f"than round-off: with partial_fit, pass the mean of all the data (mean=) "
+                                 f"to the first call")
         if vv == 0.0:
             raise ValueError("the Jacobian of outputs with respect to acts is zero everywhere: outputs "
                              "must depend on acts through differentiable torch operations (no .detach(), "
@@ -970,7 +973,8 @@ class _HookPlan:
         if not has_pos and self.pos is not None:
             raise ValueError(f"the activation at {self.hook!r} has shape {tuple(a.shape)}, with no position "
                              f"axis: pass pos=None")
-        if ax == 2 and a.is_floating_point() and not torch.isfinite(a).all():
+        masked = a.is_floating_point() and not (a > torch.finfo(a.dtype).min / 2).all()  # -inf; bridge: -3.4e38
+        if ax == 2 and masked:
             raise ValueError(f"{self.hook!r} holds -inf where the causal mask hides later keys, so it has no "
                              f"mean to centre at: fit at {self.hook.rsplit('.', 1)[0]}.hook_pattern instead "
                              f"(the same [batch, head, query_pos, key_pos] layout)")

@@ -30,8 +30,13 @@ class Dictionary(Estimator):
     n_features_ : int
         Output columns, the constant included.
     has_constant_ : bool
+    fit_reads_data : bool
+        Whether `fit` looks at the states beyond their dimension D (PCA does; the identity does not).
+        `EDMDc.partial_fit` fits only a dictionary that does not: one that does would see the first
+        batch alone.
     """
     constant: bool = True
+    fit_reads_data: bool = True
 
     def fit(self, X, y=None):
         """Fit on the states X [n, D]; `y` is only read by dictionaries that need the dynamics.
@@ -98,6 +103,8 @@ class IdentityDictionary(Dictionary):
     ----------
     constant : bool, default True
     """
+    fit_reads_data = False                                          # only D
+
     def __init__(self, constant: bool = True): self.constant = constant
     def _fit(self, X, y=None): self._d = X.shape[1]
     def _n_features(self): return self._d
@@ -159,6 +166,8 @@ class RandomProjectionDictionary(Dictionary):
     ValueError
         At fit, if n_components is out of range.
     """
+    fit_reads_data = False                                          # only D and the seed
+
     def __init__(self, n_components: int, seed: int = 0, constant: bool = True):
         self.n_components, self.seed, self.constant = n_components, seed, constant
 
@@ -199,6 +208,11 @@ class RandomFourierDictionary(Dictionary):
     def __init__(self, n_components: int = 256, bandwidth: float | None = None, seed: int = 0,
                  constant: bool = True):
         self.n_components, self.bandwidth, self.seed, self.constant = n_components, bandwidth, seed, constant
+
+    @property
+    def fit_reads_data(self) -> bool:
+        "True when the bandwidth comes from the data (the median heuristic)."
+        return self.bandwidth is None
 
     def _fit(self, X, y=None):
         rng = np.random.default_rng(self.seed)

@@ -233,6 +233,12 @@ class EDMDc(Estimator):
         Until the batches hold enough samples to determine the operator (n_features + D_u, with
         ridge = 0), the statistics grow but nothing is solved: the model stays unfitted.
 
+        The stream equals one `fit` on all the batches. So a dictionary is fitted here only when its
+        fit does not read the data (`fit_reads_data = False`: identity, random projections, random
+        Fourier features with a given bandwidth); one that does (PCA, spectral, SAE, the median
+        heuristic, or your own class without the attribute) would see the first batch alone, and is
+        refused: fit it first on all the states and pass `fit_dictionary=False`.
+
         Parameters
         ----------
         X, Y : array or Tensor [m, D]
@@ -245,11 +251,21 @@ class EDMDc(Estimator):
         Raises
         ------
         ValueError
-            On malformed input, or a batch whose D or D_u differs from the earlier ones.
+            On malformed input, a batch whose D or D_u differs from the earlier ones, or (first
+            batch) a dictionary to fit whose fit reads the data.
         """
         X, U, Y = _check_triples(X, U, Y)
+        d = self.dictionary
+        if not hasattr(self, "stats_") and d is not None and self.fit_dictionary \
+                and getattr(d, "fit_reads_data", True):
+            name = type(d).__name__
+            raise ValueError(f"partial_fit would fit the {name} on the first batch alone, so the stream "
+                             f"would not equal one fit on all the data: fit the dictionary first, on all "
+                             f"the states (or a large sample), then stream with it fixed, e.g. "
+                             f"EDMDc({name}(...).fit(X_all), fit_dictionary=False). A dictionary whose "
+                             f"fit reads only D can say so with the class attribute fit_reads_data = False")
         if not hasattr(self, "stats_"):
-            self._start(X, U, Y)                      # the dictionary is fitted on the first batch
+            self._start(X, U, Y)                      # a dictionary to fit reads D only
         elif (U.shape[1], X.shape[1]) != (self.n_controls_, self.n_state_):
             raise ValueError(f"batch has D={X.shape[1]}, D_u={U.shape[1]} but earlier batches had "
                              f"D={self.n_state_}, D_u={self.n_controls_}")

@@ -16,8 +16,8 @@ from torch import nn
 from .runtime import device as _device
 
 # %% auto #0
-__all__ = ['CONFIG_FILE', 'WEIGHT_FILES', 'ARCHS', 'SPECIAL_TOKENS', 'ROUTES', 'HOOKED_ARCHITECTURES', 'tiny_tokenizer',
-           'tiny_local_model', 'load_local']
+__all__ = ['CONFIG_FILE', 'WEIGHT_FILES', 'ARCHS', 'SPECIAL_TOKENS', 'ROUTES', 'HOOKED_ARCHITECTURES', 'TOKENIZER_FILES',
+           'tiny_tokenizer', 'tiny_local_model', 'load_local']
 
 # %% ../nbs/40_models.ipynb #04e12a22
 CONFIG_FILE = "config.json"
@@ -158,21 +158,82 @@ HOOKED_ARCHITECTURES = (
     "ApertusForCausalLM", "GptOssForCausalLM")
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json")
+
+
 def _tokenizer(folder: Path):
     "The folder's tokenizer, or None when it holds none (the model then runs on token ids)."
     from transformers import AutoTokenizer
-    if not any((folder / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "vocab.json")):
+    if not any((folder / f).is_file() for f in TOKENIZER_FILES):
         return None
     return AutoTokenizer.from_pretrained(folder)
 
 
+def _no_text(model: nn.Module, folder: Path) -> nn.Module:
+    "Detach any tokenizer, and make the text methods raise a ValueError that says what to do."
+    model.tokenizer = None
+    def refuse(*args, **kwargs):
+        raise ValueError(f"the model loaded from {str(folder)!r} has no tokenizer (the folder holds none of "
+                         f"{', '.join(TOKENIZER_FILES)}), so it cannot turn text into tokens: pass token ids "
+                         f"[batch, pos] (an integer tensor) instead, or save the tokenizer into the folder "
+                         f"(tokenizer.save_pretrained(folder)) and load again")
+    for name in ("to_tokens", "to_str_tokens", "to_string", "to_single_token"):
+        setattr(model, name, refuse)                   # instance attributes shadow the methods
+    return model
+
+
+def _resid_mid_in(ln2: nn.Module, args: tuple, kwargs: dict):
+    "ln2's pre-hook: the block's `hook_resid_mid` point sees (and may replace) ln2's input, x + attn."
+    point = ln2.__dict__["_coreinv_resid_mid"]
+    x = args[0] if args else kwargs["hidden_states"]                   # [batch, pos, d_model]
+    new = point(x)
+    point.__dict__["_coreinv_delta"] = None if new is x else new - x
+    if new is x: return None
+    return ((new, *args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": new})
+
+
+def _resid_mid_out(hook_out: nn.Module, args: tuple):
+    "The block output's pre-hook: add the edit at `hook_resid_mid` to the residual stream too."
+    delta = hook_out.__dict__["_coreinv_resid_mid"].__dict__.pop("_coreinv_delta", None)
+    return None if delta is None else (args[0] + delta, *args[1:])
+
+
+def _resid_mid_on_the_stream(bridge: nn.Module) -> nn.Module:
+    "Give each sequential block a real `hook_resid_mid` point: writes reach the MLP *and* the residual."
+    from transformer_lens.hook_points import HookPoint
+    changed = False
+    for block in getattr(bridge, "blocks", []):
+        if getattr(block, "hook_aliases", {}).get("hook_resid_mid") != "ln2.hook_in": continue
+        if not (hasattr(block, "ln2") and hasattr(block, "hook_out")): continue
+        point = HookPoint()
+        block.hook_resid_mid = point                                   # scanned into hook_dict below
+        block.hook_aliases = {**block.hook_aliases, "hook_resid_mid": "hook_resid_mid"}
+        for m in (block.ln2, block.hook_out):                          # plain attributes: deepcopy-safe
+            m.__dict__["_coreinv_resid_mid"] = point
+        block.ln2.register_forward_pre_hook(_resid_mid_in, with_kwargs=True)
+        block.hook_out.register_forward_pre_hook(_resid_mid_out)
+        changed = True
+    if changed:
+        bridge.clear_hook_registry()
+        bridge._block_alias_cache = None
+        bridge._initialize_hook_registry()
+    return bridge
+
+
 def _load_bridge(folder: Path, dev: torch.device, dtype: torch.dtype):
     from transformer_lens.model_bridge import TransformerBridge
-    try:
-        return TransformerBridge.boot_transformers(str(folder), device=dev, dtype=dtype,
-                                                   tokenizer=_tokenizer(folder))
-    except (ValueError, KeyError, NotImplementedError) as e:
-        raise ValueError(f"TransformerBridge cannot load {str(folder)!r}: {e}") from e
+    tok = _tokenizer(folder)
+    with tempfile.TemporaryDirectory() as tmp:
+        if tok is None:     # the bridge would build an empty tokenizer (or ask for sentencepiece): boot
+            tiny_tokenizer().save_pretrained(tmp)    # with a stand-in (read back from disk, as
+            stand_in = _tokenizer(Path(tmp))         # TransformerLens reloads it by path), then detach it
+        try:
+            bridge = TransformerBridge.boot_transformers(str(folder), device=dev, dtype=dtype,
+                                                         tokenizer=tok if tok is not None else stand_in)
+        except (ValueError, KeyError, NotImplementedError) as e:
+            raise ValueError(f"TransformerBridge cannot load {str(folder)!r}: {e}") from e
+    if tok is None: _no_text(bridge, folder)
+    return _resid_mid_on_the_stream(bridge)
 
 
 def _load_hooked(folder: Path, config: dict, dev: torch.device, dtype: torch.dtype):
@@ -201,14 +262,16 @@ def _load_hooked(folder: Path, config: dict, dev: torch.device, dtype: torch.dty
         cfg = get_pretrained_model_config(str(neutral), device=str(dev), dtype=dtype, fold_ln=False)
         state = get_pretrained_state_dict(str(neutral), cfg, hf_model=hf, dtype=dtype)
     cfg.model_name = folder.name
-    model = HookedTransformer(cfg, tokenizer=_tokenizer(folder), move_to_device=True)
+    tok = _tokenizer(folder)
+    if tok is None: cfg.tokenizer_name = None        # else TransformerLens asks the hub for the temp copy
+    model = HookedTransformer(cfg, tokenizer=tok, move_to_device=True)
     try:    # raw weights: no LayerNorm folding or centring, so activations equal the HF model's
         model.load_and_process_state_dict(state, fold_ln=False, center_writing_weights=False,
                                           center_unembed=False, fold_value_biases=False)
     except RuntimeError as e:
         raise ValueError(f"route='hooked': the converted weights of {str(folder)!r} do not fit "
                          f"TransformerLens's {arch} layout ({e}). Use route='bridge'") from e
-    return model.eval()
+    return (model if tok is not None else _no_text(model, folder)).eval()
 
 # %% ../nbs/40_models.ipynb #5dc120d7
 def load_local(path, *, route: str = "bridge", device: str | torch.device | None = None,
@@ -220,7 +283,8 @@ def load_local(path, *, route: str = "bridge", device: str | torch.device | None
     path : str or Path
         A folder holding ``config.json`` and the weights (``model.safetensors``, ``pytorch_model.bin``
         or a sharded index), as written by ``model.save_pretrained(path)``. A tokenizer saved there too
-        is attached to the model; without one the model runs on token ids.
+        is attached to the model; without one the model runs on token ids (``model.tokenizer`` is
+        None, and ``to_tokens`` raises a ``ValueError`` that says so).
     route : {"bridge", "hooked"}
         ``"bridge"``: a ``TransformerBridge`` around the ``transformers`` model itself (any architecture
         TransformerLens's bridge knows). ``"hooked"``: the weights converted into a ``HookedTransformer``
@@ -234,7 +298,10 @@ def load_local(path, *, route: str = "bridge", device: str | torch.device | None
     Returns
     -------
     TransformerBridge or HookedTransformer, in eval mode, with TransformerLens hook names
-    (``blocks.0.hook_resid_post``, ``blocks.0.attn.hook_z``, ...).
+    (``blocks.0.hook_resid_post``, ``blocks.0.attn.hook_z``, ...). Reads and writes at the residual
+    hooks (``hook_resid_pre``, ``hook_resid_mid``, ``hook_resid_post``) act alike on both routes: on
+    a bridge, ``hook_resid_mid`` is a hook point of its own whose edits reach the residual stream,
+    not only the MLP's input.
 
     Raises
     ------
