@@ -178,6 +178,36 @@ class CoreDims:
     remove: list[float] = field(default_factory=list)   # the raw metric, core removed
     skipped: dict = field(default_factory=dict)         # k → why the source gave no core
 
+    def bounded(self, which: str = "k_sufficient") -> tuple[int, bool]:
+        """`k_sufficient` or `k_necessary` as a number, and whether it is censored.
+
+        The one home of the rule "None counts as k_max + 1": when no k searched qualified, the answer
+        is the largest k searched + 1, a lower bound, flagged as censored so that tables and figures
+        can say so.
+
+        Parameters
+        ----------
+        which : {"k_sufficient", "k_necessary"}
+
+        Returns
+        -------
+        (int, bool)
+            The k, and True when it is the lower bound `ks[-1] + 1`.
+
+        Raises
+        ------
+        ValueError
+            If `which` is neither name, or no k was searched.
+        """
+        if which not in ("k_sufficient", "k_necessary"):
+            raise ValueError(f"which must be 'k_sufficient' or 'k_necessary', got {which!r}")
+        k = getattr(self, which)
+        if k is not None:
+            return k, False
+        if not self.ks:
+            raise ValueError(f"{which} is None and no k was searched: there is no bound")
+        return self.ks[-1] + 1, True
+
     def table(self) -> str:
         "The measurements as a markdown table (a skipped k says why)."
         rows = [f"| {k} | skipped: {self.skipped[k]} | | | |" if k in self.skipped else

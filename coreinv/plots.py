@@ -53,10 +53,8 @@ def plot_training(ax, log, times: dict, p: int):
 
 
 def _k_curve(rows: list, dims, which: str) -> np.ndarray:
-    "k_sufficient or k_necessary of `dims(row)` per row, None drawn as the largest k tried + 1."
-    v = column(rows, lambda r: getattr(dims(r), which))
-    top = column(rows, lambda r: dims(r).ks[-1])
-    return np.where(np.isnan(v), top + 1, v)
+    "k_sufficient or k_necessary of `dims(row)` per row, None drawn as the largest k tried + 1 (`CoreDims.bounded`)."
+    return column(rows, lambda r: dims(r).bounded(which)[0])
 
 
 def plot_core_dims(ax, rows: list, log, times: dict, layer: int):

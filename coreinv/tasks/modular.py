@@ -1082,8 +1082,7 @@ def core_layer(row: CoreSnapshot) -> int:
     int
         The layer index into `row.cores`.
     """
-    ks = [c.ace_dims.k_sufficient if c.ace_dims.k_sufficient is not None else c.ace_dims.ks[-1] + 1
-          for c in row.cores]
+    ks = [c.ace_dims.bounded("k_sufficient")[0] for c in row.cores]
     return max(range(len(ks)), key=lambda l: (-ks[l], l))
 
 
