@@ -19,9 +19,10 @@ Commands:
   python tools/notebooks.py publish --cache DIR --results DIR
                                                 copy a `make book` run's outputs into nbs/ and
                                                 its results into results/book/
-  python tools/notebooks.py build [--preset P] [--results DIR] [--toc F] [--path-output DIR]
+  python tools/notebooks.py build [--preset P] [--results DIR] [--toc F] [--path-output DIR] [--workers N]
                                                 build the book, executing what changed (what
-                                                `make book` runs); then print each chapter's claims
+                                                `make book` runs), N notebooks at a time (default:
+                                                one per core); then print each chapter's claims
 
 The notebook rules shared with the book (GPU cells, progress bars) have one home, the book's Sphinx
 extension `_ext/coreinv_book.py`; this file imports its public functions.
@@ -40,7 +41,7 @@ import nbformat
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "_ext"))  # the book's extension: the home of the shared notebook rules
-from coreinv_book import INLINE_BACKEND, SKIP_TAG, coalesce_streams, mark_gpu_cells  # noqa: E402
+from coreinv_book import INLINE_BACKEND, SKIP_TAG, WORKERS_ENV, coalesce_streams, mark_gpu_cells  # noqa: E402
 
 from coreinv.presets import GPU_TAG  # noqa: E402
 
@@ -177,16 +178,19 @@ def chapters_in_toc(toc: Path) -> list[str]:
 
 
 def build(preset: str = "book", results: Path | None = None, toc: Path | None = None,
-          path_output: Path | None = None, source: Path = REPO) -> int:
+          path_output: Path | None = None, source: Path = REPO, workers: int | None = None) -> int:
     """Build the book from `source` with Jupyter Book, executing notebooks whose code changed, at
-    `preset`; results go to `results` (default `_build/results`). Then print each chapter's
-    claims and the index page. Returns 1 if a notebook failed to execute or a chapter of the
-    table of contents has no results from the current code."""
+    `preset`, `workers` at a time (default `$COREINV_BOOK_WORKERS`, else one per core: see
+    `_ext/coreinv_book.py`); results go to `results` (default `_build/results`). Then print each
+    chapter's claims and the index page. Returns 1 if a notebook failed to execute or a chapter of
+    the table of contents has no results from the current code."""
     from coreinv.results import chapter_summaries, provenance, stale_results
     out = Path(path_output or source)
     results = Path(results or out / "_build" / "results")
     toc = Path(toc or source / "_toc.yml")
     env = {**os.environ, "COREINV_PRESET": preset, "COREINV_RESULTS_DIR": str(results)}
+    if workers is not None:
+        env[WORKERS_ENV] = str(workers)
     cmd = [str(Path(sys.executable).parent / "jupyter-book"), "build", str(source), "--keep-going",
            "--toc", str(toc), "--path-output", str(out)]
     t0 = time.time()
@@ -225,6 +229,7 @@ def main(argv=None) -> int:
     p.add_argument("--results", type=Path)
     p.add_argument("--toc", type=Path)
     p.add_argument("--path-output", type=Path)
+    p.add_argument("--workers", type=int, help="notebooks executed at a time (default: one per core)")
     p = sub.add_parser("publish")
     p.add_argument("--cache", type=Path, required=True)
     p.add_argument("--results", type=Path, required=True)
@@ -244,7 +249,7 @@ def main(argv=None) -> int:
             print(f"running {p}", flush=True)
             run(p)
     elif a.cmd == "build":
-        return build(a.preset, a.results, a.toc, a.path_output)
+        return build(a.preset, a.results, a.toc, a.path_output, workers=a.workers)
     elif a.cmd == "publish":
         publish(a.cache, a.results)
     return 0
