@@ -1,7 +1,9 @@
 # coreinv: two commands do everything on a fresh machine.
 #   make book   install, export the library, run every chapter at the `book` preset, build _build/html
 #   make test   install, then the checks: export in sync, notebook hygiene, unit tests,
-#               nbval over nbs/ at the `ci` preset, and a clean render of the committed book
+#               nbval over nbs/ at the `ci` preset (each chapter executed once; its claims
+#               rechecked from that run), the committed book rendered, the book built executed
+#   make test-fast  the same without chapters, book builds or the browser (for authors; CI runs `make test`)
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 PYTHON ?= python3
@@ -29,6 +31,7 @@ export: install
 
 # The main job. Results go to _build/results so a build never touches tracked files;
 # `make publish` copies them, and the executed notebooks' outputs, into the repo.
+# Notebooks the cache lacks execute side by side, one per core (COREINV_BOOK_WORKERS=N to change).
 # It ends with each chapter's claims (n of m hold) and the path of the index page.
 book: export
 	$(BIN)/python tools/notebooks.py build --preset book --results $(CURDIR)/_build/results
@@ -38,6 +41,11 @@ publish: book
 
 test: install
 	COREINV_PRESET=ci $(BIN)/python -m pytest
+
+# What test-fast leaves out: the chapters (nbval and their claim checks) and every book build.
+SLOW_TESTS := nbs/chapters tests/test_chapter_results.py tests/test_book.py tests/test_book_build.py tests/test_browser.py
+test-fast: install
+	COREINV_PRESET=ci $(BIN)/python -m pytest $(addprefix --ignore=,$(SLOW_TESTS))
 
 # Re-run one notebook in place at the book preset and tidy it (for authors): make nbs NB=nbs/00_presets.ipynb
 nbs: export

@@ -2,10 +2,28 @@
 
 GPU cells: a notebook cell tagged `gpu` is skipped (and counted as skipped) unless
 `coreinv.runtime.has_gpu()` is true. The book build applies the same rule in `_ext/coreinv_book.py`.
+
+Chapters run once: nbval's cell-by-cell run of a chapter (`nbs/chapters/*.ipynb`) is the one execution
+of that chapter in a test session. Its kernel writes the results under a folder of the session
+(`$COREINV_RESULTS_DIR`) and draws figures inline, as the book's executor does; each cell's outputs
+are recorded into a copy of the notebook. Tests that read a chapter's run (the fixtures named in
+`READS_CHAPTERS`) are moved after every nbval item and get it from the `nbval_chapter` fixture: the
+claim checks of tests/test_chapter_results.py, and the executed book of tests/test_book_build.py,
+whose first build takes the Markov chapter from this run. When a session did not collect a chapter's
+cells (e.g. `pytest tests/test_chapter_results.py`), `nbval_chapter` gives None and those tests
+execute the chapter themselves.
 """
+import copy
+import os
+from pathlib import Path
+
 import pytest
 
-from coreinv.presets import GPU_TAG
+from coreinv.presets import is_gpu_cell
+
+CHAPTERS = Path(__file__).resolve().parent / "nbs" / "chapters"
+INLINE_BACKEND = "module://matplotlib_inline.backend_inline"  # as _ext/coreinv_book.py
+READS_CHAPTERS = {"chapter_run", "built_book"}  # fixtures whose tests run after the chapters' nbval run
 
 
 def gpu_skip_marker(item, gpu_available: bool):
@@ -13,17 +31,105 @@ def gpu_skip_marker(item, gpu_available: bool):
     cell = getattr(item, "cell", None)
     if cell is None or gpu_available:
         return None
-    if GPU_TAG in cell.get("metadata", {}).get("tags", []):
+    if is_gpu_cell(cell):
         return pytest.mark.skip(reason="needs a GPU (cell tagged 'gpu')")
     return None
 
 
+def chapter_of(item) -> str | None:
+    "The chapter whose cell an nbval item runs (`markov` for nbs/chapters/markov.ipynb), else None."
+    if getattr(item, "cell", None) is None:
+        return None
+    path = Path(str(item.parent.fspath)).resolve()
+    return path.stem if path.parent == CHAPTERS else None
+
+
+class ChapterRun:
+    "What nbval's run of one chapter left: the notebook with the outputs of this run, and its cells' fate."
+
+    def __init__(self, nb, results: Path):
+        self.notebook = copy.deepcopy(nb)
+        for cell in self.notebook.cells:  # a skipped cell shows nothing, as in the book without a GPU
+            if cell.cell_type == "code":
+                cell.outputs, cell.execution_count = [], None
+        self.results = results  # the $COREINV_RESULTS_DIR of its kernel
+        self.count = 0
+        self.reported, self.failed = set(), []
+
+
+def pytest_configure(config):
+    config.coreinv_chapter_runs = {}
+
+
+@pytest.hookimpl(trylast=True)  # after -k/-m deselection and pytest's own fixture ordering
 def pytest_collection_modifyitems(config, items):
-    if not any(hasattr(i, "cell") for i in items):
+    if any(hasattr(i, "cell") for i in items):
+        from coreinv.runtime import has_gpu
+        gpu = has_gpu()
+        for item in items:
+            marker = gpu_skip_marker(item, gpu)
+            if marker is not None:
+                item.add_marker(marker)
+    # Readers of the chapters' run go last (stable: their own order, and fixture grouping, stay).
+    reads = [i for i in items if READS_CHAPTERS & set(getattr(i, "fixturenames", ()))]
+    if reads:
+        items[:] = [i for i in items if i not in reads] + reads
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    "Start a chapter's kernel (nbval does, at its first cell) with the session's results folder and inline figures."
+    chapter = chapter_of(item)
+    if chapter is None:
+        yield
         return
-    from coreinv.runtime import has_gpu
-    gpu = has_gpu()
-    for item in items:
-        marker = gpu_skip_marker(item, gpu)
-        if marker is not None:
-            item.add_marker(marker)
+    runs = item.config.coreinv_chapter_runs
+    if chapter not in runs:
+        results = item.config._tmp_path_factory.mktemp(f"results-{chapter}")
+        runs[chapter] = ChapterRun(item.parent.nb, results)
+    saved = {k: os.environ.get(k) for k in ("COREINV_RESULTS_DIR", "MPLBACKEND")}
+    os.environ.update(COREINV_RESULTS_DIR=str(runs[chapter].results), MPLBACKEND=INLINE_BACKEND)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    "Record each chapter cell's outputs, and whether it failed."
+    outcome = yield
+    chapter = chapter_of(item)
+    if chapter is None or chapter not in item.config.coreinv_chapter_runs:
+        return
+    run, report = item.config.coreinv_chapter_runs[chapter], outcome.get_result()
+    if report.failed:
+        run.failed.append(item.name)
+    if call.when == "call" and report.passed:
+        cell = run.notebook.cells[next(k for k, c in enumerate(item.parent.nb.cells) if c is item.cell)]
+        run.count += 1
+        cell.outputs, cell.execution_count = list(item.test_outputs or []), run.count
+    if call.when == "teardown":
+        run.reported.add(item.nodeid)
+
+
+@pytest.fixture(scope="session")
+def nbval_chapter(request):
+    """`get(chapter)`: this session's nbval run of the chapter as a `ChapterRun` (fails the test if
+    a cell failed), or None if the session did not collect the chapter's cells."""
+    def get(chapter):
+        items = [i for i in request.session.items if chapter_of(i) == chapter]
+        if not items:
+            return None
+        run = request.config.coreinv_chapter_runs.get(chapter)
+        missing = [i.nodeid for i in items if run is None or i.nodeid not in run.reported]
+        if missing:
+            pytest.fail(f"nbval has not run the {chapter} chapter's cells {missing[:3]}... yet")
+        if run.failed:
+            pytest.fail(f"the {chapter} chapter failed in nbval at {', '.join(run.failed)}: see those items")
+        return run
+    return get

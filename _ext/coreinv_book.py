@@ -20,13 +20,21 @@ its public functions; nothing else re-implements them.
 5. The scorecard. The `{scorecard}` directive renders `coreinv.results.scorecard_rows` at
    build time, after every chapter has been read (and so executed), so no measured number
    is typed into a page by hand.
+6. Notebooks executed side by side. myst-nb executes a notebook when Sphinx reads it, one after
+   another. Before Sphinx reads, this extension executes the notebooks about to be read that the
+   cache does not hold, `book_workers()` at a time (default: one per CPU core), each exactly as
+   myst-nb would (jupyter-cache's `single_nb_execution`, in the notebook's folder, same kernel
+   environment), and caches them; myst-nb then reads them from the cache. Results do not depend on
+   it: each chapter computes on one thread of its own kernel. A notebook that fails is not cached,
+   so myst-nb executes it again when it reads it and reports the error as always.
 """
 from __future__ import annotations
 
 import os
 import re
 import shutil
-from pathlib import Path
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path, PurePosixPath
 
 import nbformat
 from docutils import nodes
@@ -34,7 +42,7 @@ from docutils.transforms import Transform
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
-from coreinv.presets import GPU_TAG
+from coreinv.presets import GPU_TAG, is_gpu_cell
 from coreinv.runtime import has_gpu
 
 LOGGER = logging.getLogger(__name__)
@@ -53,7 +61,7 @@ def mark_gpu_cells(nb: nbformat.NotebookNode, gpu: bool | None = None) -> nbform
         gpu = has_gpu()
     for cell in nb.cells:
         tags = cell.get("metadata", {}).get("tags", [])
-        if not gpu and GPU_TAG in tags and SKIP_TAG not in tags:
+        if not gpu and is_gpu_cell(cell) and SKIP_TAG not in tags:
             cell.metadata["tags"] = [*tags, SKIP_TAG]
     return nb
 
@@ -288,6 +296,59 @@ def _fill_scorecards(app, doctree, docname) -> None:
         node.replace_self(out)
 
 
+# 6. Notebooks executed side by side ---------------------------------------------------------
+WORKERS_ENV = "COREINV_BOOK_WORKERS"
+
+
+def book_workers() -> int:
+    "How many notebooks a book build executes at once: `$COREINV_BOOK_WORKERS`, else one per CPU core."
+    return int(os.environ.get(WORKERS_ENV) or len(os.sched_getaffinity(0)))
+
+
+def _execute(path: Path, nb: nbformat.NotebookNode, config):
+    from jupyter_cache.executors.utils import single_nb_execution
+    return single_nb_execution(nb, cwd=str(path.parent), timeout=config.execution_timeout,
+                               allow_errors=config.execution_allow_errors, meta_override=True)
+
+
+def _execute_side_by_side(app, env, docnames) -> None:
+    config = env.mystnb_config
+    workers = book_workers()
+    if config.execution_mode != "cache" or config.execution_in_temp or workers < 2:
+        return
+    from jupyter_cache import get_cache
+    from jupyter_cache.base import CacheBundleIn
+    cache = get_cache(config.execution_cache_path or ".jupyter_cache")
+    todo = []
+    for doc in docnames:
+        path = Path(env.doc2path(doc))
+        excluded = any(PurePosixPath(path.as_posix()).match(p) for p in config.execution_excludepatterns)
+        if path.suffix != ".ipynb" or excluded:
+            continue
+        nb = read_notebook(path.read_text(encoding="utf-8"))
+        try:
+            cache.match_cache_notebook(nb)
+        except KeyError:
+            todo.append((path, nb))
+    if len(todo) < 2:
+        return  # nothing to gain: myst-nb executes it as it reads it
+    todo.sort(key=lambda t: -t[0].stat().st_size)  # the largest (the chapters, with figures) take longest
+    workers = min(workers, len(todo))
+    LOGGER.info(f"coreinv: executing {len(todo)} notebooks, {workers} at a time")
+    with ThreadPoolExecutor(workers) as pool:  # the work is in the kernels: threads only wait on them
+        jobs = {pool.submit(_execute, path, nb, config): (path, nb) for path, nb in todo}
+        for job in as_completed(jobs):
+            path, nb = jobs[job]
+            result = job.result()
+            if result.err is None:
+                cache.cache_notebook_bundle(CacheBundleIn(nb, str(path), data={"execution_seconds": result.time}),
+                                            check_validity=False, overwrite=True)
+                LOGGER.info(f"coreinv: executed {path.name} in {result.time:.0f} s")
+            else:
+                LOGGER.info(f"coreinv: {path.name} failed ({type(result.err).__name__}): "
+                            "it is executed again, and its error reported, when it is read")
+
+
 def setup(app):
     # Kernels inherit this process's environment: make sure they draw figures into the notebook.
     os.environ["MPLBACKEND"] = INLINE_BACKEND
@@ -301,4 +362,5 @@ def setup(app):
     app.connect("doctree-read", _squash_stream_outputs)
     app.connect("doctree-resolved", _fill_scorecards)
     app.connect("env-get-outdated", _outdated)
+    app.connect("env-before-read-docs", _execute_side_by_side)
     return {"version": "0.2", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -10,13 +10,28 @@ from collections.abc import Mapping
 from typing import Any
 
 # %% auto #0
-__all__ = ['PRESET_ENV', 'PRESET_NAMES', 'DEFAULT_PRESET', 'GPU_TAG', 'preset_name', 'Sizes', 'register', 'sizes']
+__all__ = ['PRESET_ENV', 'PRESET_NAMES', 'DEFAULT_PRESET', 'GPU_TAG', 'is_gpu_cell', 'preset_name', 'Sizes', 'register', 'sizes']
 
 # %% ../nbs/00_presets.ipynb #184005d8
 PRESET_ENV = "COREINV_PRESET"
 PRESET_NAMES = ("ci", "book", "paper")
 DEFAULT_PRESET = "ci"
 GPU_TAG = "gpu"  # the notebook cell tag for cells that run only on a GPU (`coreinv.runtime.has_gpu`)
+
+
+def is_gpu_cell(cell: Mapping) -> bool:
+    """Whether a notebook cell is tagged `GPU_TAG`: the one test the book, nbval and the notebook tools use.
+
+    Parameters
+    ----------
+    cell : mapping
+        A notebook cell (an `nbformat` node or its dict).
+
+    Returns
+    -------
+    bool
+    """
+    return GPU_TAG in (cell.get("metadata") or {}).get("tags", [])
 
 
 def preset_name(name: str | None = None) -> str:

@@ -1,6 +1,6 @@
 import pytest
 
-from helpers import BIN, REPO, build_copy, copy_repo, run
+from helpers import BIN, BUILT_CHAPTER, REPO, build_copy, copy_repo, run, seed_build
 
 
 @pytest.fixture(scope="session")
@@ -21,10 +21,15 @@ def book_html(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def built_book(tmp_path_factory):
+def built_book(tmp_path_factory, nbval_chapter):
     """The book as `make book` builds it (executed), at the `ci` preset, in a copy of the repository
-    with a short table of contents; returns (the copy's folder, the build's output)."""
+    with a short table of contents; returns (the copy's folder, the build's output). The chapter comes
+    from this session's nbval run of it when there is one (`nbval_chapter`): the build finds it in its
+    cache, as a second `make book` would, and executes the library page only."""
     src = copy_repo(tmp_path_factory.mktemp("repo"))
+    chapter = nbval_chapter(BUILT_CHAPTER.rsplit("/", 1)[-1])
+    if chapter is not None:
+        seed_build(src, BUILT_CHAPTER, chapter)
     r = build_copy(src)
     assert r.returncode == 0, r.stdout[-6000:]
     return src, r.stdout

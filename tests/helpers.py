@@ -115,6 +115,30 @@ def build_copy(src: Path):
                cwd=src, env={"PYTHONPATH": str(src), "MPLBACKEND": "Agg"}, timeout=1800)
 
 
+def seed_build(src: Path, page: str, run) -> None:
+    """Give the repository copy `src` a chapter executed elsewhere, as if its `make book` had executed it:
+    `run` (a `ChapterRun` of root conftest.py: this session's nbval run) goes into the book's notebook
+    cache, under the current code key, and its results into `_build/results`. The copy's first build then
+    reads the chapter from the cache instead of executing it again."""
+    from jupyter_cache import get_cache
+    from jupyter_cache.base import CacheBundleIn
+    sys.path.insert(0, str(REPO / "_ext"))
+    from coreinv_book import KEY_FILE, execution_key, read_notebook
+    path = src / f"{page}.ipynb"
+    nb = read_notebook(path.read_text(encoding="utf-8"))  # as the book reads it (gpu cells tagged to skip)
+    assert len(nb.cells) == len(run.notebook.cells), f"{page} is not the notebook nbval ran"
+    for cell, done in zip(nb.cells, run.notebook.cells):
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = done.outputs, done.execution_count
+    cache = src / "_build" / ".jupyter_cache"
+    get_cache(cache).cache_notebook_bundle(CacheBundleIn(nb, str(path)), check_validity=False, overwrite=True)
+    (cache / KEY_FILE).write_text(execution_key() + "\n")  # else the build drops the cache as stale
+    name = Path(page).name
+    dest = src / "_build" / "results" / "ci"
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(run.results / "ci" / f"{name}.json", dest / f"{name}.json")
+
+
 def toc_files() -> list[str]:
     "Every page of the book, in _toc.yml order (paths without suffix)."
     import yaml

@@ -1,6 +1,11 @@
-"""Each chapter run at the `ci` preset, once, into a temporary copy: its results file holds every
-claim the chapter reports, each measured value is a finite number, and each `passed` is what the
-measured values and the preset's thresholds (the results file's `config`) give.
+"""Each chapter's run at the `ci` preset: its results file holds every claim the chapter reports, each
+measured value is a finite number, and each `passed` is what the measured values and the preset's
+thresholds (the results file's `config`) give.
+
+The run is nbval's, cell by cell, in the same `make test` session (`nbval_chapter`, root conftest.py):
+these tests run after it and read what it wrote, so no chapter is executed twice. When the session
+did not collect the chapter's notebook (`pytest tests/test_chapter_results.py`), the chapter is
+executed here, once, into a temporary copy.
 
 nbval only checks that a chapter runs; this reads what it concluded. To add a chapter, add its
 claim rules to RULES: one function per claim id, (measured, config) -> bool, written independently
@@ -104,9 +109,14 @@ def _numbers(x):
 
 
 @pytest.fixture(scope="module", params=sorted(RULES))
-def chapter_run(request, tmp_path_factory):
-    "(chapter, its ci results, the executed notebook): the chapter executed once at `ci` in a temp copy."
+def chapter_run(request, tmp_path_factory, nbval_chapter):
+    "(chapter, its ci results, the executed notebook): nbval's run of the chapter in this session, else one here."
     chapter = request.param
+    run_ = nbval_chapter(chapter)
+    if run_ is not None:
+        path = run_.results / "ci" / f"{chapter}.json"
+        assert path.is_file(), f"the {chapter} chapter's nbval run wrote no {path.name}"
+        return chapter, json.loads(path.read_text()), run_.notebook
     tmp = tmp_path_factory.mktemp(chapter)
     nb_path = tmp / f"{chapter}.ipynb"
     shutil.copy(REPO / "nbs" / "chapters" / f"{chapter}.ipynb", nb_path)

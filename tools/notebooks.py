@@ -19,9 +19,10 @@ Commands:
   python tools/notebooks.py publish --cache DIR --results DIR
                                                 copy a `make book` run's outputs into nbs/ and
                                                 its results into results/book/
-  python tools/notebooks.py build [--preset P] [--results DIR] [--toc F] [--path-output DIR]
+  python tools/notebooks.py build [--preset P] [--results DIR] [--toc F] [--path-output DIR] [--workers N]
                                                 build the book, executing what changed (what
-                                                `make book` runs); then print each chapter's claims
+                                                `make book` runs), N notebooks at a time (default:
+                                                one per core); then print each chapter's claims
 
 The notebook rules shared with the book (GPU cells, progress bars) have one home, the book's Sphinx
 extension `_ext/coreinv_book.py`; this file imports its public functions.
@@ -40,9 +41,9 @@ import nbformat
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "_ext"))  # the book's extension: the home of the shared notebook rules
-from coreinv_book import INLINE_BACKEND, SKIP_TAG, coalesce_streams, mark_gpu_cells  # noqa: E402
+from coreinv_book import INLINE_BACKEND, SKIP_TAG, WORKERS_ENV, coalesce_streams, mark_gpu_cells  # noqa: E402
 
-from coreinv.presets import GPU_TAG  # noqa: E402
+from coreinv.presets import is_gpu_cell  # noqa: E402
 
 MAX_BYTES = 6_000_000
 CHAPTER_CODE_WIDTH = 79  # what the book's code block shows without scrolling
@@ -53,10 +54,6 @@ def notebooks(paths=()) -> list[Path]:
     if paths:
         return [Path(p) for p in paths]
     return sorted(p for p in (REPO / "nbs").rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
-
-
-def is_gpu(cell) -> bool:
-    return GPU_TAG in cell.get("metadata", {}).get("tags", [])
 
 
 def problems(path: Path) -> list[str]:
@@ -95,7 +92,7 @@ def problems(path: Path) -> list[str]:
         if count is None:
             if cell.outputs:
                 out.append(f"{where} has outputs but no execution count (nbval fails such cells)")
-            if not is_gpu(cell) and cell.source.strip():
+            if not is_gpu_cell(cell) and cell.source.strip():
                 out.append(f"{where} was not executed: commit notebooks after a clean top-to-bottom run")
             continue
         if count != expected:
@@ -136,7 +133,7 @@ def run(path: Path, timeout: int = 3600) -> None:
                    resources={"metadata": {"path": str(path.parent)}}).execute()
     for cell in nb.cells:  # the skip tag is the executor's business, not the notebook's
         tags = cell.metadata.get("tags", [])
-        if GPU_TAG in tags and SKIP_TAG in tags:
+        if is_gpu_cell(cell) and SKIP_TAG in tags:
             tags.remove(SKIP_TAG)
     nbformat.write(nb, path)
     fix(path)
@@ -177,16 +174,19 @@ def chapters_in_toc(toc: Path) -> list[str]:
 
 
 def build(preset: str = "book", results: Path | None = None, toc: Path | None = None,
-          path_output: Path | None = None, source: Path = REPO) -> int:
+          path_output: Path | None = None, source: Path = REPO, workers: int | None = None) -> int:
     """Build the book from `source` with Jupyter Book, executing notebooks whose code changed, at
-    `preset`; results go to `results` (default `_build/results`). Then print each chapter's
-    claims and the index page. Returns 1 if a notebook failed to execute or a chapter of the
-    table of contents has no results from the current code."""
+    `preset`, `workers` at a time (default `$COREINV_BOOK_WORKERS`, else one per core: see
+    `_ext/coreinv_book.py`); results go to `results` (default `_build/results`). Then print each
+    chapter's claims and the index page. Returns 1 if a notebook failed to execute or a chapter of
+    the table of contents has no results from the current code."""
     from coreinv.results import chapter_summaries, provenance, stale_results
     out = Path(path_output or source)
     results = Path(results or out / "_build" / "results")
     toc = Path(toc or source / "_toc.yml")
     env = {**os.environ, "COREINV_PRESET": preset, "COREINV_RESULTS_DIR": str(results)}
+    if workers is not None:
+        env[WORKERS_ENV] = str(workers)
     cmd = [str(Path(sys.executable).parent / "jupyter-book"), "build", str(source), "--keep-going",
            "--toc", str(toc), "--path-output", str(out)]
     t0 = time.time()
@@ -225,6 +225,7 @@ def main(argv=None) -> int:
     p.add_argument("--results", type=Path)
     p.add_argument("--toc", type=Path)
     p.add_argument("--path-output", type=Path)
+    p.add_argument("--workers", type=int, help="notebooks executed at a time (default: one per core)")
     p = sub.add_parser("publish")
     p.add_argument("--cache", type=Path, required=True)
     p.add_argument("--results", type=Path, required=True)
@@ -244,7 +245,7 @@ def main(argv=None) -> int:
             print(f"running {p}", flush=True)
             run(p)
     elif a.cmd == "build":
-        return build(a.preset, a.results, a.toc, a.path_output)
+        return build(a.preset, a.results, a.toc, a.path_output, workers=a.workers)
     elif a.cmd == "publish":
         publish(a.cache, a.results)
     return 0
