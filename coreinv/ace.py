@@ -376,7 +376,13 @@ def _probe(fn: Callable, x: Tensor, what: str = "outputs"):
             yh = torch.cat([fn(x[:m].clone()), fn(x[m:].clone())])
     except Exception:
         return
+    _check_rows(y, yh, what)
+
+
+def _check_rows(y: Tensor, yh: Tensor, what: str):
+    "`y` [n, ...] on a whole batch against `yh`, the same on its two halves: refuse outputs that mix rows."
     if yh.shape != y.shape: return
+    n = y.shape[0]
     tol = 10 * torch.finfo(y.dtype).eps ** 0.5                  # batched vs split round-off: far below
     y, yh = y.double(), yh.double()
     gap = float((y - yh).abs().max() / y.abs().max().clamp_min(1e-30))
@@ -561,13 +567,17 @@ class ACE(Estimator):
                 n = h.shape[0]
                 if n == 0: continue
                 h = h.to(_compute_dtype(h.dtype))                  # bfloat16/float16 → float32
+                own = getattr(fn, "jvp", None) if self.method == "jvp" else None   # fit_hook's one-pass JVP
                 if not st["probed"]:                               # in-place writes, mixed rows
-                    _probe(fn, h); st["probed"] = True
+                    if own is None: _probe(fn, h)                  # (fit_hook's JVP probes its readout itself)
+                    st["probed"] = True
                 ht = h - st["centre"].to(h.device, h.dtype)     # [n, D] centred activations
                 hc = h.clone()                                     # the readout never sees the caller's tensor
                 if self.method == "jvp":
-                    try: fast = _stacked_jvp(fn, hc, ht)           # primal and tangent in one pass
-                    except Exception: fast = None                  # anything odd: torch.func decides
+                    if own is not None: fast = own(hc, ht)
+                    else:
+                        try: fast = _stacked_jvp(fn, hc, ht)       # primal and tangent in one pass
+                        except Exception: fast = None              # anything odd: torch.func decides
                     if fast is None:
                         f = _task(fn, n, D, None, self.center_outputs)
                         y, v = _call("jvp", tuple(h.shape), jvp, f, (hc,), (ht,))  # v = J_n h̃_n: [n, O]
@@ -729,8 +739,12 @@ class ACE(Estimator):
             if drop:
                 raise ValueError(f"dropout is active in {drop[:3]}: call model.eval() first (outputs must be "
                                  f"a deterministic function of the activation)")
+            meta = [n for n, p in model.named_parameters() if p.is_meta]
+            if meta:
+                raise ValueError(f"the model's parameters {meta[:3]} are on the meta device, which holds no "
+                                 f"weights: load the model's weights first")
             plan = _HookPlan(model, hook, readout, pos, _token_batches(inputs, self.batch_size))
-            part = plan.first_pass()
+            part = plan.first_pass(progress)
         except Exception as e:
             err = e
         mean = _global_mean(gather(part, "ACE.fit_hook", err))
@@ -738,10 +752,10 @@ class ACE(Estimator):
             self._start(mean, plan.dtype, plan.device)
             if plan.layout is not None:
                 use_joint = plan.use_joint(self, mean, joint)
-                total = len(plan.src) * (1 if use_joint else len(plan.positions)) \
-                    if hasattr(plan.src, "__len__") else None
-                self._accumulate(tqdm(plan.batches(use_joint), total=total, desc="ACE.fit_hook",
-                                      unit="jvp", disable=not progress))
+                per_batch = 1 if use_joint or self.method == "jvp" else len(plan.positions)
+                total = len(plan.src) * per_batch if hasattr(plan.src, "__len__") else None
+                self._accumulate(tqdm(plan.batches(use_joint, self.method), total=total, desc="ACE.fit_hook",
+                                      unit="pass", disable=not progress))
         except Exception as e:
             err = e
         self._finalize(err)
@@ -938,6 +952,34 @@ def _token_batches(inputs, batch_size: int):
     return inputs
 
 
+def _check_tokens(model, t, what: str = "inputs") -> Tensor:
+    """`t` checked as a batch of inputs for `model`: token ids [batch, pos] in the vocabulary for a
+    TransformerLens model (one with `cfg.d_vocab`), any non-empty tensor for another module.
+
+    The one token check of the library: `fit_hook` runs it on every batch and
+    `coreinv.calibration.collect_triples` on its tokens. Nothing is copied: `t` comes back as is.
+    """
+    if not isinstance(t, Tensor) or t.ndim < 1:
+        raise ValueError(f"{what}: each batch of inputs must be a Tensor [batch, ...], got "
+                         f"{type(t).__name__}" + (f" of shape {tuple(t.shape)}" if isinstance(t, Tensor) else ""))
+    if t.is_meta:
+        raise ValueError(f"{what}: the inputs are on the meta device, which holds no data: pass real tensors")
+    cfg = getattr(model, "cfg", None)
+    V = getattr(cfg, "d_vocab", None)
+    if not isinstance(V, int) or V <= 0: return t
+    if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
+        raise ValueError(f"{what}: tokens are {t.dtype}, not ids: pass an integer tensor [batch, pos]")
+    if t.ndim != 2 or t.numel() == 0:
+        raise ValueError(f"{what}: tokens must be an integer tensor [batch, pos], got shape {tuple(t.shape)}")
+    lo, hi = int(t.min()), int(t.max())
+    if lo < 0 or hi >= V:
+        raise ValueError(f"{what}: token ids run from {lo} to {hi}, outside the vocabulary 0..{V - 1}")
+    n_ctx = getattr(cfg, "n_ctx", None)
+    if isinstance(n_ctx, int) and t.shape[1] > n_ctx:
+        raise ValueError(f"{what}: sequences have {t.shape[1]} positions, more than the model's n_ctx={n_ctx}")
+    return t
+
+
 def _n_args(fn) -> int:
     "1 for a readout with one positional parameter (TransformerLens's `metric(logits)`), else 2."
     try:
@@ -951,6 +993,54 @@ def _n_args(fn) -> int:
 _QUERY_AXIS_HOOKS = ("hook_pattern", "hook_attn_scores")        # [batch, head, query_pos, key_pos]
 
 
+def _start_at(model, hook: str) -> tuple[int, str | None] | None:
+    """Where the pass after `hook` can start: `(layer, via)` for `model(resid, start_at_layer=layer)`,
+    `via` the hook whose activation is that `resid` (None: the activation at `hook` itself), or None
+    where the model must run whole (not a `HookedTransformer`, a hook before the first block, a
+    shortformer or left-padding model, whose later blocks need more than the residual stream)."""
+    try:
+        from transformer_lens import HookedTransformer
+    except ImportError:
+        return None
+    if not isinstance(model, HookedTransformer): return None
+    cfg = model.cfg
+    if getattr(cfg, "positional_embedding_type", "standard") == "shortformer": return None
+    if getattr(getattr(model, "tokenizer", None), "padding_side", None) == "left": return None
+    parts, L = hook.split("."), cfg.n_layers
+    if parts[0] == "blocks" and len(parts) > 2 and parts[1].isdigit():
+        l = int(parts[1])
+        if parts[2:] == ["hook_resid_post"]: return l + 1, None
+        if parts[2:] == ["hook_resid_pre"]: return l, None
+        return l, f"blocks.{l}.hook_resid_pre"
+    if parts[0] == "ln_final" and L > 0: return L, f"blocks.{L - 1}.hook_resid_post"
+    return None
+
+
+class _Stop(Exception):
+    "Raised by `_activation`'s hook: nothing after the hook needs computing."
+
+
+def _activation(model: nn.Module, hook: str, inputs: Tensor, via: str | None = None) -> tuple[Tensor, Tensor | None]:
+    "The activations at `hook` (and at `via`, earlier) on `inputs`, without running the rest of the model."
+    store = {}
+    def keep(act):
+        store["via"] = act.detach()
+        return act
+    def grab(act):
+        store["act"] = act.detach()
+        raise _Stop
+    try:
+        with torch.no_grad(), replace_activation(model, hook, grab):
+            if via is None: model(inputs)
+            else:
+                with replace_activation(model, via, keep): model(inputs)
+    except _Stop:
+        pass
+    if "act" not in store:
+        raise ValueError(f"the forward pass of {type(model).__name__} never reached {hook!r}")
+    return store["act"], store.get("via")
+
+
 class _HookPlan:
     "What `ACE.fit_hook` needs to know about the activation at `hook`, and the two passes over the batches."
     def __init__(self, model, hook, readout, pos, batches):
@@ -962,6 +1052,8 @@ class _HookPlan:
         self.layout, self.dtype, self.device = None, torch.float32, None
         self.cache = [] if isinstance(batches, list) else None
         self.pos_axis = 2 if _is_hooked(model) and hook.rsplit(".", 1)[-1] in _QUERY_AXIS_HOOKS else 1
+        self.start = _start_at(model, hook)                  # None: every JVP runs the whole model
+        self.probed = False
 
     def _set_layout(self, a: Tensor):
         "From the first activation [b, *act_shape]: the position axis, its length, the positions, D."
@@ -1001,92 +1093,140 @@ class _HookPlan:
                              f"y[:, None].expand(-1, {T}, -1) for {T} outputs per sequence")
         return y
 
-    def _record(self, x) -> Tensor:
-        if not isinstance(x, Tensor) or x.ndim < 1:
-            raise ValueError(f"each batch of inputs must be a Tensor [batch, ...], got {type(x).__name__}")
-        a = _activation(self.model, self.hook, x)                          # [b, *act_shape]
+    def _record(self, x) -> tuple[Tensor, Tensor]:
+        "The activation at the hook [b, *act_shape] and the residual stream the pass after it starts from."
+        _check_tokens(self.model, x)
+        via = self.start[1] if self.start is not None else None
+        a, state = _activation(self.model, self.hook, x, via)
         if self.layout is None: self._set_layout(a)
         elif a.shape[1:] != self.act_shape:
             raise ValueError(f"the activation at {self.hook!r} has shape {tuple(a.shape[1:])} per sample in "
                              f"one batch and {tuple(self.act_shape)} in an earlier one")
-        return a
+        if self.start is not None and via is None: state = a
+        return a, state
 
-    def first_pass(self) -> tuple[int, Tensor | None]:
-        "Pass 1, forward only: (N, Σ h) over every sample, activations cached when inputs was a Tensor."
+    def first_pass(self, progress: bool = True) -> tuple[int, Tensor | None]:
+        "Pass 1, forward to the hook only: (N, Σ h) over every sample, activations cached for a list of batches."
         n, total = 0, None
-        for i, x in enumerate(self.src):
-            a = self._record(x)
-            if i == 0:                                               # rows of a batch must not interact
-                _probe(lambda xx: self.readout(self.model(xx), xx), x, "readout")
-            if self.cache is not None: self.cache.append(a)
+        for x in tqdm(self.src, total=len(self.src) if hasattr(self.src, "__len__") else None,
+                      desc="ACE.fit_hook: mean", unit="batch", disable=not progress):
+            a, state = self._record(x)
+            if self.cache is not None: self.cache.append((a, state))
             rows = as_acts(torch.cat([self._flat(a, t) for t in self.positions]), self.hook, float64=False)
             s = rows.double().sum(0).cpu()
             total, n = s if total is None else total + s, n + rows.shape[0]
         return n, total
 
-    def batches(self, joint: bool):
-        "Pass 2: `(h [n, D], downstream)` pairs for `ACE._accumulate`."
+    def batches(self, joint: bool, method: str):
+        "Pass 2: `(h [n, D], downstream)` pairs for `ACE._accumulate`, all positions of a batch in one pair."
         acts = self.cache if self.cache is not None else (self._record(x) for x in self.src)
-        for x, a in zip(self.src, acts):
-            if joint: yield self._rows(a), self.downstream_joint(x)
-            else:
-                for t in self.positions: yield self._flat(a, t), self.downstream(x, t)
+        for x, (a, state) in zip(self.src, acts):
+            if joint: yield self._rows(a), self.downstream_joint(x, state)
+            elif len(self.positions) == 1 or method != "jvp":
+                for t in self.positions: yield self._flat(a, t), self.downstream(x, state, a, t)
+            else: yield self._rows(a), self.downstream_all(x, state, a)
 
-    def downstream(self, x: Tensor, t: int) -> Callable[[Tensor], Tensor]:
+    def _forward(self, x: Tensor, state: Tensor | None, sub: Callable[[Tensor], Tensor]):
+        "The model's output on `x` with the activation at the hook replaced by `sub(act)`, from the hook on."
+        if self.start is None:
+            with replace_activation(self.model, self.hook, sub):
+                return self.model(x)
+        layer, via = self.start
+        if via is None: return self.model(sub(state), start_at_layer=layer)
+        with replace_activation(self.model, self.hook, sub):
+            return self.model(state, start_at_layer=layer)
+
+    def _probe_rows(self, x: Tensor, state: Tensor | None, out):
+        """Once, on the first batch: the readout (and, for a model other than a HookedTransformer, the
+        rest of its forward pass) must not mix the batch's rows: compare with the batch's two halves."""
+        if self.probed: return
+        self.probed = True
+        n = x.shape[0]
+        if n < 2 or not isinstance(out, Tensor) or out.shape[:1] != (n,): return
+        m, cut = n // 2, (slice(0, n // 2), slice(n // 2, n))
+        with torch.no_grad():
+            y = self._out(x, out)
+            if self.start is not None:                     # a HookedTransformer's rows never interact
+                parts = [self._out(x[s], out[s]) for s in cut]
+            else:
+                parts = [self._out(x[s], self._forward(x[s], None if state is None else state[s],
+                                                       lambda act: act)) for s in cut]
+        if isinstance(y, Tensor) and y.is_floating_point() and y.ndim >= 1 and y.shape[0] == n:
+            _check_rows(y, torch.cat(parts), "readout")
+
+    def downstream(self, x: Tensor, state, a: Tensor, t: int) -> "_Downstream":
         "h [b, D] at position t ↦ the readout at t, through the rest of the forward pass."
         has_pos, T, feat, D = self.layout
-        mask = torch.zeros(T, dtype=torch.bool, device=x.device if has_pos else None)
-        mask[t] = True
         ax = self.pos_axis
-        mask = mask.view(*[T if i == ax else 1 for i in range(len(feat) + 2)])
-        def f(h):                                                             # h: [b, D]
+        mask = None
+        if has_pos:
+            mask = torch.zeros(T, dtype=torch.bool, device=a.device)
+            mask[t] = True
+            mask = mask.view(*[T if i == ax else 1 for i in range(len(feat) + 2)])
+        def run(h):                                                           # h: [b, D]
             hh = h.reshape(h.shape[0], *feat)
-            sub = (lambda act: torch.where(mask.to(act.device), hh.unsqueeze(ax).to(act.dtype), act)) \
+            sub = (lambda act: torch.where(mask, hh.unsqueeze(ax).to(act.dtype), act)) \
                 if has_pos else (lambda act: hh.to(act.dtype))
-            with replace_activation(self.model, self.hook, sub):
-                out = self.model(x)
+            out = self._forward(x, state, sub)
             y = self._out(x, out)
             if isinstance(y, Tensor) and y.ndim == 3:
                 y = y[:, t]                                                   # this sample's own position
-            return y
-        return f
+            return y, out
+        return _Downstream(self, x, state, run)
 
-    def downstream_joint(self, x: Tensor) -> Callable[[Tensor], Tensor]:
+    def downstream_joint(self, x: Tensor, state) -> "_Downstream":
         "h [b·T, D], every position at once ↦ the per-position readouts [b·T, O]."
         has_pos, T, feat, D = self.layout
-        def f(h):                                                             # h: [b*T, D]
+        def run(h):                                                           # h: [b*T, D]
             hh = h.reshape(x.shape[0], T, *feat).movedim(1, self.pos_axis)
-            with replace_activation(self.model, self.hook, lambda act: hh.to(act.dtype)):
-                out = self.model(x)
+            out = self._forward(x, state, lambda act: hh.to(act.dtype))
             y = self._out(x, out)
             if not (isinstance(y, Tensor) and y.ndim == 3):
-                raise ValueError("joint=True needs a per-position readout [b, pos, O]")
-            return y.reshape(-1, y.shape[-1])                                 # [b*T, O]
-        return f
+                raise _NotPerPosition("joint=True needs a per-position readout [b, pos, O]; this one returned "
+                                      f"{tuple(y.shape) if isinstance(y, Tensor) else type(y).__name__}")
+            return y.reshape(-1, y.shape[-1]), out                            # [b*T, O]
+        return _Downstream(self, x, state, run)
 
-    def joint_error(self, ace: ACE, mean: Tensor) -> float:
-        "Relative gap between one joint JVP and the per-position JVPs, on the first four sequences."
+    def downstream_all(self, x: Tensor, state, a: Tensor) -> "_Downstream":
+        """Every position of a batch at once, each with its own tangent: h [b·T, D] ↦ [b·T, O], row (b, t)
+        the readout at t with only position t perturbed. Its `jvp` pushes the T one-position tangents
+        through one pass (`vmap` over positions, the primal computed once), in chunks that bound memory."""
         has_pos, T, feat, D = self.layout
+        ax, b = self.pos_axis, x.shape[0]
+        def run(h):                                                           # plain evaluation: the primal
+            hh = h.reshape(b, T, *feat).movedim(1, ax)
+            out = self._forward(x, state, lambda act: hh.to(act.dtype))
+            y = self._out(x, out)
+            if isinstance(y, Tensor) and y.ndim == 3: y = y.reshape(b * T, -1)
+            elif isinstance(y, Tensor): y = y.repeat_interleave(T, 0)         # one output row per sequence
+            return y, out
+        return _Downstream(self, x, state, run, all_positions=(a, T, ax, feat))
+
+    def joint_error(self, ace: "ACE", mean: Tensor) -> float:
+        "Relative gap between one joint JVP and the per-position JVPs, on the first four sequences."
         x = next(iter(self.src))[:4]
-        a = _activation(self.model, self.hook, x)
-        b = x.shape[0]
+        a, state = self.cache[0] if self.cache else self._record(x)
+        a, state = a[:4], None if state is None else state[:4]
         h = self._rows(a).to(_compute_dtype(a.dtype))
         ht = h - mean.to(h.device, h.dtype)
+        centre = lambda v: v - v.mean(-1, keepdim=True) if ace.center_outputs and v.shape[-1] > 1 else v
         with torch.no_grad():
-            fj = _task(self.downstream_joint(x), b * T, D, None, ace.center_outputs)
-            vj = _call("jvp", tuple(h.shape), jvp, fj, (h,), (ht,))[1].reshape(b, T, -1)
-            ve = torch.stack([_call("jvp", (b, D), jvp, _task(self.downstream(x, t), b, D, None,
-                                                              ace.center_outputs),
-                                    (h.reshape(b, T, D)[:, t],), (ht.reshape(b, T, D)[:, t],))[1]
-                              for t in range(T)], 1)                          # [b, T, O]
+            fj = self.downstream_joint(x, state)
+            vj = _call("jvp", tuple(h.shape), lambda: jvp(lambda z: fj.run(z)[0], (h,), (ht,)))[1]
+            ve = self.downstream_all(x, state, a)._jvp_positions(h, ht)[1]
+        vj, ve = centre(vj), centre(ve)
         return float((vj - ve).norm() / ve.norm().clamp_min(1e-30))
 
-    def use_joint(self, ace: ACE, mean: Tensor, joint: bool | None) -> bool:
-        "joint=None: the joint pass where it is exact (to round-off); True: required, else ValueError."
+    def use_joint(self, ace: "ACE", mean: Tensor, joint: bool | None) -> bool:
+        """joint=None: the joint pass where it is exact (to round-off) and the readout is per position,
+        else per position; True: required, else ValueError; False: per position."""
         has_pos = self.layout[0]
         if joint is None:
-            return self.pos is None and has_pos and self.layout[1] > 1 and \
-                self.joint_error(ace, mean) <= 1000 * torch.finfo(self.dtype).eps
+            if not (self.pos is None and has_pos and self.layout[1] > 1): return False
+            try:
+                return self.joint_error(ace, mean) <= 1000 * torch.finfo(self.dtype).eps
+            except _NotPerPosition:
+                return False                               # a [b, O] readout: per position, as documented
         if not joint: return False
         if self.pos is not None or not has_pos:
             raise ValueError("joint=True is for pos=None on an activation with a position axis")
@@ -1097,24 +1237,61 @@ class _HookPlan:
         return True
 
 
-class _Stop(Exception):
-    "Raised by `_activation`'s hook: nothing after the hook needs computing."
+class _NotPerPosition(ValueError):
+    "The joint pass needs a per-position readout [b, pos, O]."
 
 
-def _activation(model: nn.Module, hook: str, inputs: Tensor) -> Tensor:
-    "The activation at `hook` on `inputs`, without running the rest of the model."
-    store = {}
-    def grab(act):
-        store["act"] = act.detach()
-        raise _Stop
-    try:
-        with torch.no_grad(), replace_activation(model, hook, grab):
-            model(inputs)
-    except _Stop:
-        pass
-    if "act" not in store:
-        raise ValueError(f"the forward pass of {type(model).__name__} never reached {hook!r}")
-    return store["act"]
+class _Downstream:
+    """One batch's map h ↦ readout through the rest of the forward pass (`__call__`, for `_probe` and the
+    gramian's VJPs), and `jvp(h, t)` → (value, J t) in one pass, which `ACE._accumulate` prefers."""
+    def __init__(self, plan: _HookPlan, x, state, run, all_positions=None):
+        self.plan, self.x, self.state, self.run, self.all = plan, x, state, run, all_positions
+
+    def __call__(self, h: Tensor) -> Tensor:
+        return self.run(h)[0]
+
+    def jvp(self, h: Tensor, t: Tensor) -> tuple[Tensor, Tensor]:
+        if self.all is None:
+            y, v, out = _call("jvp", tuple(h.shape), lambda: jvp(self.run, (h,), (t,), has_aux=True))
+        else:
+            y, v, out = self._jvp_positions(h, t)
+        self.plan._probe_rows(self.x, self.state, out)
+        return y, v
+
+    def _jvp_positions(self, h: Tensor, t: Tensor):
+        "(y [b·T, O], v [b·T, O], model output): position t's tangent alone for row (b, t), T at once."
+        a, T, ax, feat = self.all
+        b = self.x.shape[0]
+        A = h.reshape(b, T, *feat)                                            # [b, T, *feat], compute dtype
+        tan = t.reshape(b, T, *feat)
+        plan, x, state = self.plan, self.x, self.state
+        def g(act):                                                           # act: [b, *act_shape]
+            out = plan._forward(x, state, lambda old: act.to(old.dtype))
+            y = plan._out(x, out)
+            return y, out
+        primal = A.movedim(1, ax)
+        per = b * math.prod(self.plan.act_shape) * 16                          # elements one position carries
+        K = max(1, min(T, (1 << 27) // max(per, 1)))
+        vs, y, out = [], None, None
+        eye = torch.eye(T, dtype=tan.dtype, device=tan.device)
+        for s in range(0, T, K):
+            ts = list(range(s, min(T, s + K)))
+            sel = eye[ts].view(len(ts), 1, T, *([1] * len(feat)))
+            tans = (sel * tan.unsqueeze(0)).movedim(2, ax + 1)               # [K, b, *act_shape]
+            def one(tn):
+                return jvp(g, (primal,), (tn,), has_aux=True)
+            try:
+                yk, vk, ok = vmap(one, out_dims=(None, 0, None))(tans)
+            except Exception:           # a model vmap cannot batch (a data-dependent branch): one pass per position
+                outs = [_call("jvp", (b, math.prod(feat)), lambda tn=tn: one(tn)) for tn in tans]
+                yk, ok, vk = outs[0][0], outs[0][2], torch.stack([o[1] for o in outs])
+            y, out = yk, ok
+            if vk.ndim == 4: vk = vk[torch.arange(len(ts)), :, ts]              # [K, b, O] at each own position
+            vs.append(vk)
+        v = torch.cat(vs).transpose(0, 1)                                     # [b, T, O]
+        if y.ndim == 3: y = y.reshape(b * T, -1)
+        else: y = y.repeat_interleave(T, 0)
+        return y, v.reshape(b * T, -1), out
 
 # %% ../nbs/10_ace.ipynb #49b8ff44
 _SUPPORTED_MODULES = (nn.Linear, nn.LayerNorm, nn.GELU, nn.Tanh, nn.ReLU, nn.Identity)
