@@ -5,6 +5,7 @@
 # %% ../nbs/10_ace.ipynb #2e308164
 from __future__ import annotations
 
+import contextlib
 import copy
 import difflib
 import inspect
@@ -752,6 +753,7 @@ class ACE(Estimator):
             self._start(mean, plan.dtype, plan.device)
             if plan.layout is not None:
                 use_joint = plan.use_joint(self, mean, joint)
+                if not use_joint and joint is not True: plan.use_diagonal(self, mean)
                 per_batch = 1 if use_joint or self.method == "jvp" else len(plan.positions)
                 total = len(plan.src) * per_batch if hasattr(plan.src, "__len__") else None
                 self._accumulate(tqdm(plan.batches(use_joint, self.method), total=total, desc="ACE.fit_hook",
@@ -1016,6 +1018,77 @@ def _start_at(model, hook: str) -> tuple[int, str | None] | None:
     return None
 
 
+_BEFORE_ATTN = ("hook_resid_pre", "ln1.hook_scale", "ln1.hook_normalized", "attn.hook_q", "attn.hook_k",
+                "attn.hook_v", "attn.hook_rot_q", "attn.hook_rot_k")
+
+
+def _diagonal_from(model, hook: str, start) -> int | None:
+    """The first block whose attention needs `_diagonal_attention` for all positions in one pass (the
+    hook's own block when the hook is before its attention), or None where the trick does not hold:
+    attention that is not plain causal softmax attention over the hooked keys and values."""
+    if start is None: return None
+    cfg = model.cfg
+    if (getattr(cfg, "attention_dir", "causal") != "causal" or getattr(cfg, "use_attention_sinks", False)
+            or (getattr(cfg, "attn_scores_soft_cap", -1) or -1) > 0 or getattr(cfg, "use_logn_attn", False)
+            or getattr(cfg, "clip_qkv", None) is not None
+            or getattr(cfg, "positional_embedding_type", "standard") == "relative_positional_bias"
+            or getattr(cfg, "original_architecture", "") in ("OlmoeForCausalLM", "Olmo2ForCausalLM",
+                                                               "Olmo3ForCausalLM")):
+        return None
+    for blk in model.blocks:
+        a = getattr(blk, "attn", None)
+        if a is None or getattr(a, "_attention_dir_override", None) not in (None, "causal"): return None
+        if not all(hasattr(a, n) for n in ("hook_q", "hook_k", "hook_v", "hook_pattern", "hook_attn_scores",
+                                            "hook_z", "attn_scale")):
+            return None
+    parts = hook.split(".")
+    if parts[0] == "blocks" and ".".join(parts[2:]) in _BEFORE_ATTN: return int(parts[1])
+    return start[0] if parts[0] == "blocks" and parts[2:] in (["hook_resid_post"], ["hook_resid_pre"]) \
+        else (start[0] + 1 if parts[0] == "blocks" else start[0])
+
+
+@contextmanager
+def _diagonal_attention(model, first: int):
+    """All T one-position tangents in one pass: position t of the tangent carries problem t's tangent.
+
+    Everything but attention acts position by position, so it keeps the problems apart. Causal attention
+    mixes them only where query t reads a key or value at s < t, whose tangent belongs to problem s:
+    the scores get q_t·k̇_s and z_t gets a_ts v̇_s. Both terms are removed (hooks on `hook_attn_scores`
+    and `hook_z` of every block from `first` on), as products with a primal-zero tensor (k − k.detach()),
+    so the values are unchanged and only the tangents lose the cross-problem terms; s > t is masked."""
+    stack, cap = [], {}
+    rot = getattr(model.cfg, "positional_embedding_type", "") == "rotary"
+    for i in range(first, model.cfg.n_layers):
+        attn = model.blocks[i].attn
+        def keep(name, i=i):
+            def f(mod, inp, out):
+                cap[i, name] = out
+            return f
+        def fix_scores(mod, inp, S, i=i, attn=attn):                     # S: [b, head, q, k]
+            q, k = cap[i, "q"].detach(), cap[i, "k"]
+            dk = k - k.detach()                                          # value 0, tangent k̇
+            if dk.shape[2] != q.shape[2]: dk = dk.repeat_interleave(q.shape[2] // dk.shape[2], 2)
+            corr = torch.einsum("bqhd,bkhd->bhqk", q, dk) / attn.attn_scale
+            low = torch.ones(S.shape[-2:], dtype=torch.bool, device=S.device).tril(-1)
+            return S - torch.where(low, corr.to(S.dtype), torch.zeros((), dtype=S.dtype, device=S.device))
+        def fix_z(mod, inp, z, i=i):                                     # z: [b, q, head, d_head]
+            p, v = cap[i, "p"].detach(), cap[i, "v"]
+            dv = v - v.detach()
+            if dv.shape[2] != z.shape[2]: dv = dv.repeat_interleave(z.shape[2] // dv.shape[2], 2)
+            low = torch.ones(p.shape[-2:], dtype=torch.bool, device=p.device).tril(-1)
+            return z - torch.einsum("bhqk,bkhd->bqhd", p * low, dv).to(z.dtype)
+        for hp, name in ((attn.hook_rot_q if rot else attn.hook_q, "q"), (attn.hook_rot_k if rot else attn.hook_k, "k"),
+                         (attn.hook_v, "v"), (attn.hook_pattern, "p")):
+            stack.append(hp.register_forward_hook(keep(name)))
+        stack.append(attn.hook_attn_scores.register_forward_hook(fix_scores))
+        stack.append(attn.hook_z.register_forward_hook(fix_z))
+    try:
+        yield
+    finally:
+        for h in stack: h.remove()
+        cap.clear()
+
+
 class _Stop(Exception):
     "Raised by `_activation`'s hook: nothing after the hook needs computing."
 
@@ -1053,6 +1126,7 @@ class _HookPlan:
         self.cache = [] if isinstance(batches, list) else None
         self.pos_axis = 2 if _is_hooked(model) and hook.rsplit(".", 1)[-1] in _QUERY_AXIS_HOOKS else 1
         self.start = _start_at(model, hook)                  # None: every JVP runs the whole model
+        self.diagonal = None                                 # the first block of `_diagonal_attention`, once checked
         self.probed = False
 
     def _set_layout(self, a: Tensor):
@@ -1122,19 +1196,21 @@ class _HookPlan:
         acts = self.cache if self.cache is not None else (self._record(x) for x in self.src)
         for x, (a, state) in zip(self.src, acts):
             if joint: yield self._rows(a), self.downstream_joint(x, state)
+            elif self.diagonal is not None: yield self._rows(a), self.downstream_joint(x, state, diagonal=True)
             elif len(self.positions) == 1 or method != "jvp":
                 for t in self.positions: yield self._flat(a, t), self.downstream(x, state, a, t)
             else: yield self._rows(a), self.downstream_all(x, state, a)
 
-    def _forward(self, x: Tensor, state: Tensor | None, sub: Callable[[Tensor], Tensor]):
+    def _forward(self, x: Tensor, state: Tensor | None, sub: Callable[[Tensor], Tensor], diagonal: bool = False):
         "The model's output on `x` with the activation at the hook replaced by `sub(act)`, from the hook on."
         if self.start is None:
             with replace_activation(self.model, self.hook, sub):
                 return self.model(x)
         layer, via = self.start
-        if via is None: return self.model(sub(state), start_at_layer=layer)
-        with replace_activation(self.model, self.hook, sub):
-            return self.model(state, start_at_layer=layer)
+        with contextlib.ExitStack() as es:
+            if via is not None: es.enter_context(replace_activation(self.model, self.hook, sub))
+            if diagonal: es.enter_context(_diagonal_attention(self.model, self.diagonal))
+            return self.model(sub(state) if via is None else state, start_at_layer=layer)
 
     def _probe_rows(self, x: Tensor, state: Tensor | None, out):
         """Once, on the first batch: the readout (and, for a model other than a HookedTransformer, the
@@ -1174,12 +1250,13 @@ class _HookPlan:
             return y, out
         return _Downstream(self, x, state, run)
 
-    def downstream_joint(self, x: Tensor, state) -> "_Downstream":
-        "h [b·T, D], every position at once ↦ the per-position readouts [b·T, O]."
+    def downstream_joint(self, x: Tensor, state, diagonal: bool = False) -> "_Downstream":
+        """h [b·T, D], every position at once ↦ the per-position readouts [b·T, O]; `diagonal`: with each
+        position's tangent kept apart through attention (`_diagonal_attention`)."""
         has_pos, T, feat, D = self.layout
         def run(h):                                                           # h: [b*T, D]
             hh = h.reshape(x.shape[0], T, *feat).movedim(1, self.pos_axis)
-            out = self._forward(x, state, lambda act: hh.to(act.dtype))
+            out = self._forward(x, state, lambda act: hh.to(act.dtype), diagonal)
             y = self._out(x, out)
             if not (isinstance(y, Tensor) and y.ndim == 3):
                 raise _NotPerPosition("joint=True needs a per-position readout [b, pos, O]; this one returned "
@@ -1202,20 +1279,52 @@ class _HookPlan:
             return y, out
         return _Downstream(self, x, state, run, all_positions=(a, T, ax, feat))
 
-    def joint_error(self, ace: "ACE", mean: Tensor) -> float:
-        "Relative gap between one joint JVP and the per-position JVPs, on the first four sequences."
+    def _check_batch(self, mean: Tensor):
+        "The first four sequences, their rows h [4·T, D] and centred rows, for the checks of the one-pass forms."
         x = next(iter(self.src))[:4]
         a, state = self.cache[0] if self.cache else self._record(x)
         a, state = a[:4], None if state is None else state[:4]
         h = self._rows(a).to(_compute_dtype(a.dtype))
-        ht = h - mean.to(h.device, h.dtype)
+        return x, a, state, h, h - mean.to(h.device, h.dtype)
+
+    def _exact(self, x, a, state, h, ht) -> Tensor:
+        """The per-position JVPs [4, 4, O] of the check batch at four positions (first, last and two
+        between), one pass each; cached: both checks compare with them."""
+        if getattr(self, "_exact_v", None) is None:
+            T = self.layout[1]
+            self._check_at = sorted({0, T // 3, (2 * T) // 3, T - 1})
+            with torch.no_grad():
+                self._exact_v = self.downstream_all(x, state, a)._jvp_positions(h, ht, self._check_at)[1]
+        return self._exact_v
+
+    def one_pass_error(self, ace: "ACE", mean: Tensor, diagonal: bool) -> float:
+        "Relative gap between one JVP over all positions (joint, or `diagonal`) and the per-position JVPs."
+        x, a, state, h, ht = self._check_batch(mean)
         centre = lambda v: v - v.mean(-1, keepdim=True) if ace.center_outputs and v.shape[-1] > 1 else v
         with torch.no_grad():
-            fj = self.downstream_joint(x, state)
+            fj = self.downstream_joint(x, state, diagonal)
             vj = _call("jvp", tuple(h.shape), lambda: jvp(lambda z: fj.run(z)[0], (h,), (ht,)))[1]
-            ve = self.downstream_all(x, state, a)._jvp_positions(h, ht)[1]
-        vj, ve = centre(vj), centre(ve)
+        ve = self._exact(x, a, state, h, ht)                                  # [4, 4, O]
+        vj, ve = centre(vj.reshape(x.shape[0], self.layout[1], -1)[:, self._check_at]), centre(ve)
         return float((vj - ve).norm() / ve.norm().clamp_min(1e-30))
+
+    def joint_error(self, ace: "ACE", mean: Tensor) -> float:
+        "Relative gap between one joint JVP and the per-position JVPs, on the first four sequences."
+        return self.one_pass_error(ace, mean, False)
+
+    def use_diagonal(self, ace: "ACE", mean: Tensor) -> bool:
+        """pos=None, per position: all positions in one pass with `_diagonal_attention` where the model
+        allows it and the check on the first four sequences finds it exact to round-off."""
+        first = _diagonal_from(self.model, self.hook, self.start)
+        has_pos, T = self.layout[:2]
+        if first is None or ace.method != "jvp" or self.pos is not None or not has_pos or T < 2: return False
+        self.diagonal = first
+        try:
+            ok = self.one_pass_error(ace, mean, True) <= 1000 * torch.finfo(self.dtype).eps
+        except _NotPerPosition:
+            ok = False                                     # a [b, O] readout mixes positions: vmap over them
+        if not ok: self.diagonal = None
+        return ok
 
     def use_joint(self, ace: "ACE", mean: Tensor, joint: bool | None) -> bool:
         """joint=None: the joint pass where it is exact (to round-off) and the readout is per position,
@@ -1258,8 +1367,9 @@ class _Downstream:
         self.plan._probe_rows(self.x, self.state, out)
         return y, v
 
-    def _jvp_positions(self, h: Tensor, t: Tensor):
-        "(y [b·T, O], v [b·T, O], model output): position t's tangent alone for row (b, t), T at once."
+    def _jvp_positions(self, h: Tensor, t: Tensor, only: list[int] | None = None):
+        """(y [b·T, O], v [b·T, O], model output): position t's tangent alone for row (b, t), T at once;
+        with `only`, v [b, len(only), O] for those positions alone."""
         a, T, ax, feat = self.all
         b = self.x.shape[0]
         A = h.reshape(b, T, *feat)                                            # [b, T, *feat], compute dtype
@@ -1274,8 +1384,9 @@ class _Downstream:
         K = max(1, min(T, (1 << 27) // max(per, 1)))
         vs, y, out = [], None, None
         eye = torch.eye(T, dtype=tan.dtype, device=tan.device)
-        for s in range(0, T, K):
-            ts = list(range(s, min(T, s + K)))
+        todo = list(range(T)) if only is None else list(only)
+        for s in range(0, len(todo), K):
+            ts = todo[s:s + K]
             sel = eye[ts].view(len(ts), 1, T, *([1] * len(feat)))
             tans = (sel * tan.unsqueeze(0)).movedim(2, ax + 1)               # [K, b, *act_shape]
             def one(tn):
@@ -1289,6 +1400,7 @@ class _Downstream:
             if vk.ndim == 4: vk = vk[torch.arange(len(ts)), :, ts]              # [K, b, O] at each own position
             vs.append(vk)
         v = torch.cat(vs).transpose(0, 1)                                     # [b, T, O]
+        if only is not None: return y, v, out
         if y.ndim == 3: y = y.reshape(b * T, -1)
         else: y = y.repeat_interleave(T, 0)
         return y, v.reshape(b * T, -1), out
