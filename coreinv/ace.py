@@ -33,20 +33,27 @@ class Core:
 
     Parameters
     ----------
-    basis : Tensor [d, k]
-        Orthonormal columns (stored as float64 on the CPU).
-    mean : Tensor [d]
+    basis : Tensor or array [d, k]
+        Orthonormal columns (stored as float64 on the CPU). A half-precision basis (an `ACE.basis_`
+        fitted on bfloat16 or float16 activations) is orthonormal only to its dtype's rounding; it is
+        accepted within 2 ε of its dtype and orthonormalised in float64 (the nearest orthonormal
+        basis, U Vᵀ of its SVD, which keeps its span to that rounding).
+    mean : Tensor or array [d]
         The point the subspace passes through, usually the activations' mean.
-    atol : float
-        Tolerance of the orthonormality check max |UᵀU − I|.
+    atol : float or None
+        Tolerance of the orthonormality check max |UᵀU − I| (default: 1e-5, or 2 ε of a
+        half-precision basis' dtype: 1.6e-2 for bfloat16, 2.0e-3 for float16).
 
     Raises
     ------
     ValueError
         If the shapes do not fit or the columns are not orthonormal.
     """
-    def __init__(self, basis: Tensor, mean: Tensor, atol: float = 1e-5):
-        basis = torch.as_tensor(basis).detach().to("cpu", torch.float64)   # [d, k]
+    def __init__(self, basis: Tensor, mean: Tensor, atol: float | None = None):
+        basis = torch.as_tensor(basis).detach()
+        half = basis.dtype in (torch.bfloat16, torch.float16)
+        if atol is None: atol = max(1e-5, 2 * torch.finfo(basis.dtype).eps) if half else 1e-5
+        basis = basis.to("cpu", torch.float64)                              # [d, k]
         mean = torch.as_tensor(mean).detach().to("cpu", torch.float64)     # [d]
         if basis.ndim != 2 or mean.ndim != 1 or basis.shape[0] != mean.shape[0]:
             raise ValueError(f"basis must be [d, k] and mean [d], got {tuple(basis.shape)} and "
@@ -54,8 +61,11 @@ class Core:
         err = (basis.T @ basis - torch.eye(basis.shape[1], dtype=torch.float64)).abs().max().item() \
             if basis.shape[1] else 0.0
         if not err <= atol:
-            raise ValueError(f"basis columns must be orthonormal (max |UᵀU − I| = {err:.2g}); "
-                             f"use Core.from_span for arbitrary vectors")
+            raise ValueError(f"basis columns must be orthonormal (max |UᵀU − I| = {err:.2g}, tolerance "
+                             f"{atol:.2g}); use Core.from_span for arbitrary vectors")
+        if half and basis.shape[1]:                       # rounded to its dtype: the nearest orthonormal basis
+            U, _, Vh = torch.linalg.svd(basis, full_matrices=False)
+            basis = U @ Vh
         self.basis, self.mean = basis, mean
 
     @classmethod
@@ -101,17 +111,20 @@ class Core:
         """
         return self.basis @ self.basis.T
 
-    def _prep(self, h: Tensor):
-        if h.shape[-1] != self.d:
-            raise ValueError(f"activations have last dim {h.shape[-1]} but the core lives in d={self.d}")
-        return self.basis.to(h.device, h.dtype), self.mean.to(h.device, h.dtype)
+    def _prep(self, h):
+        "h as a tensor (a numpy array or list is converted), and the basis and mean in its dtype and device."
+        h = h if isinstance(h, Tensor) else torch.as_tensor(h)
+        if not h.is_floating_point(): h = h.to(torch.float64)
+        if h.ndim < 1 or h.shape[-1] != self.d:
+            raise ValueError(f"activations have shape {tuple(h.shape)}, last dim not the core's d={self.d}")
+        return h, self.basis.to(h.device, h.dtype), self.mean.to(h.device, h.dtype)
 
     def coords(self, h: Tensor) -> Tensor:
         """Core coordinates (h − h̄) U: [..., d] → [..., k].
 
         Parameters
         ----------
-        h : Tensor [..., d]
+        h : Tensor [..., d], or a numpy array (converted; an integer one to float64)
 
         Returns
         -------
@@ -122,7 +135,7 @@ class Core:
         ValueError
             If h's last dimension is not d.
         """
-        U, m = self._prep(h)
+        h, U, m = self._prep(h)
         return (h - m) @ U
 
     def keep(self, h: Tensor) -> Tensor:
@@ -130,7 +143,7 @@ class Core:
 
         Parameters
         ----------
-        h : Tensor [..., d]
+        h : Tensor [..., d], or a numpy array (converted; an integer one to float64)
 
         Returns
         -------
@@ -141,7 +154,7 @@ class Core:
         ValueError
             If h's last dimension is not d.
         """
-        U, m = self._prep(h)
+        h, U, m = self._prep(h)
         return m + ((h - m) @ U) @ U.T
 
     def remove(self, h: Tensor) -> Tensor:
@@ -149,7 +162,7 @@ class Core:
 
         Parameters
         ----------
-        h : Tensor [..., d]
+        h : Tensor [..., d], or a numpy array (converted; an integer one to float64)
 
         Returns
         -------
@@ -160,7 +173,7 @@ class Core:
         ValueError
             If h's last dimension is not d.
         """
-        U, m = self._prep(h)
+        h, U, m = self._prep(h)
         return h - ((h - m) @ U) @ U.T
 
     def __repr__(self): return f"Core(k={self.k}, d={self.d})"
@@ -411,7 +424,11 @@ class ACE(Estimator):
     center_outputs : bool
         Centre the outputs across O (when O > 1).
     rtol : float or None
-        Singular values below `rtol` times the largest are round-off (default 100 ε of the dtype).
+        Singular values below `rtol` times the largest are round-off. Default: 100 ε of the compute
+        dtype, 2.2e-14 for float64 activations and 1.2e-5 for float32, bfloat16 and float16 (the
+        last two are computed in float32). So `rank_` depends on the dtype: the same layer can give
+        rank 62 in float64 and 5 in bfloat16, where weaker directions are below float32's
+        round-off. Pass `rtol` (or `n_components`) to compare fits across dtypes.
     seed : int
         Seed of the sketch.
     float64 : bool, default False
@@ -687,13 +704,22 @@ class ACE(Estimator):
                  joint: bool | None = None, progress: bool = True) -> "ACE":
         """Fit at `hook` of `model`: the Jacobian goes through the whole rest of the forward pass.
 
+        Cost: one forward pass to the hook (the mean, activations kept for a list of batches), then
+        per batch one JVP of what follows the hook. On a `HookedTransformer` that JVP starts at the
+        hook (`start_at_layer`); elsewhere (a `TransformerBridge`, any other module) it runs the whole
+        model with the activation replaced. The rank is at most the number of outputs with
+        method="jvp" (O − 1 for O > 1 centred outputs): a scalar readout, e.g. a logit difference,
+        gives a one-dimensional core; use method="gramian" or a multi-output readout for more.
+
         Parameters
         ----------
         model : nn.Module
-            A TransformerLens `HookedTransformer` (hook names) or any module (module names), in eval mode.
+            A TransformerLens `HookedTransformer` or `TransformerBridge` (hook names) or any module
+            (module names), in eval mode, with its weights loaded (not on the meta device).
         inputs : Tensor [batch, ...], or a re-iterable of such batches (a list, a DataLoader)
             A Tensor is cut into `batch_size` chunks. Batches are read twice (the mean, then the
-            JVPs), so a one-shot generator is refused.
+            JVPs), so a one-shot generator is refused. For a TransformerLens model each batch must be
+            token ids [batch, pos] (an integer tensor, ids in 0..d_vocab − 1, at most n_ctx positions).
         hook : str
             Where the activation is taken, e.g. "blocks.1.hook_resid_post". The position axis is
             axis 1 ([batch, pos, ...]), except at `hook_pattern` and `hook_attn_scores`
@@ -707,19 +733,23 @@ class ACE(Estimator):
             positions is ambiguous and refused: return [b, pos, 1] for one output per position.
             Rows must not interact (checked on the first batch against its two halves).
         pos : int or None
-            One query position, or None (default) for every position, each a sample. Cost: with
-            `pos=None` the per-position path runs one JVP pass per position (T passes per batch);
-            the joint path runs one.
+            One query position, or None (default) for every position, each a sample with its
+            same-position Jacobian. Cost with `pos=None`: one JVP pass per batch where the joint pass
+            holds, or, on a causal `HookedTransformer` with a per-position readout, the one-pass form
+            that keeps each position's tangent apart through attention (checked on the first four
+            sequences against one JVP pass per position); otherwise (a `[b, O]` readout, a
+            `TransformerBridge`, bidirectional attention) the T one-position tangents go through one
+            `vmap`ped pass, whose work still grows with T.
         joint : bool or None
-            Evaluate all positions in one JVP, T times cheaper than one JVP per position. It is
-            exact only where positions do not interact downstream of the hook (after the last
-            attention layer, e.g. the last block's `hook_resid_mid`/`hook_resid_post`, or in a model
-            without attention), and not before any attention layer that mixes positions. It is
-            checked on the first four sequences. None (default): the joint pass wherever that
-            check finds it exact to round-off, else one JVP pass per position. True: joint, or
+            Evaluate all positions in one plain JVP. It is exact only where positions do not
+            interact downstream of the hook (after the last attention layer, e.g. the last block's
+            `hook_resid_mid`/`hook_resid_post`, or in a model without attention), and needs a
+            per-position readout `[b, pos, O]`. It is checked on the first four sequences. None
+            (default): the joint pass wherever that check finds it exact to round-off, else per
+            position (see `pos`; a `[b, O]` readout is always per position). True: joint, or
             ValueError. False: per position.
         progress : bool, default True
-            A tqdm bar over the JVP passes.
+            tqdm bars over the forward pass to the hook (the mean) and over the JVP passes.
 
         Returns
         -------
@@ -728,8 +758,9 @@ class ACE(Estimator):
         Raises
         ------
         ValueError
-            On an unknown hook, active dropout, bad `pos` or inputs, an ambiguous readout shape,
-            a readout that mixes the samples of a batch, and whatever `fit` raises.
+            On an unknown hook, active dropout, a model on the meta device, bad `pos`, inputs that are
+            not token ids in the vocabulary (float, out of range, on the meta device), an ambiguous
+            readout shape, a readout that mixes the samples of a batch, and whatever `fit` raises.
         """
         self._reset()
         part, err, plan, use_joint = None, None, None, False
@@ -788,7 +819,13 @@ class ACE(Estimator):
         self._check_fitted()
         k = self.rank_ if k is None else k
         if not (isinstance(k, int) and 1 <= k <= self.rank_):
-            raise ValueError(f"k must be an int in 1..{self.rank_} (the rank found), got {k!r}")
+            hint, O = "", self.n_outputs_
+            bound = O - 1 if self.center_outputs and O > 1 else O
+            if self.method == "jvp" and self.rank_ >= bound:
+                hint = (f"; with method='jvp' the rank is at most the number of outputs, here {bound} "
+                        f"(O = {O}{', centred' if bound < O else ''}): use method='gramian' or a readout "
+                        f"with more outputs for more directions")
+            raise ValueError(f"k must be an int in 1..{self.rank_} (the rank found{hint}), got {k!r}")
         basis, mean = self._core64_                                     # float64, whatever the dtype
         return Core(basis[:, :k], mean)
 
