@@ -991,12 +991,13 @@ def _token_batches(inputs, batch_size: int):
     return inputs
 
 
-def _check_tokens(model, t, what: str = "inputs") -> Tensor:
+def _check_tokens(model, t, what: str = "inputs", also: str = "") -> Tensor:
     """`t` checked as a batch of inputs for `model`: token ids [batch, pos] in the vocabulary for a
     TransformerLens model (one with `cfg.d_vocab`), any non-empty tensor for another module.
 
     The one token check of the library: `fit_hook` runs it on every batch and
-    `coreinv.calibration.collect_triples` on its tokens. Nothing is copied: `t` comes back as is.
+    `coreinv.calibration.collect_triples` on its tokens (`also`: what else the caller accepts, e.g.
+    " (or text)"). Nothing is copied: `t` comes back as is.
     """
     if not isinstance(t, Tensor) or t.ndim < 1:
         raise ValueError(f"{what}: each batch of inputs must be a Tensor [batch, ...], got "
@@ -1007,7 +1008,7 @@ def _check_tokens(model, t, what: str = "inputs") -> Tensor:
     V = getattr(cfg, "d_vocab", None)
     if not isinstance(V, int) or V <= 0: return t
     if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
-        raise ValueError(f"{what}: tokens are {t.dtype}, not ids: pass an integer tensor [batch, pos]")
+        raise ValueError(f"{what}: tokens are {t.dtype}, not ids: pass an integer tensor [batch, pos]{also}")
     if t.ndim != 2 or t.numel() == 0:
         raise ValueError(f"{what}: tokens must be an integer tensor [batch, pos], got shape {tuple(t.shape)}")
     lo, hi = int(t.min()), int(t.max())
