@@ -1371,6 +1371,9 @@ class _HookPlan:
         has_pos = self.layout[0]
         if joint is None:
             if not (self.pos is None and has_pos and self.layout[1] > 1): return False
+            first = _diagonal_from(self.model, self.hook, self.start)
+            if ace.method == "jvp" and first is not None and first < self.model.cfg.n_layers:
+                return False       # attention follows: the diagonal form is checked instead (joint exact ⇒ it is)
             try:
                 return self.joint_error(ace, mean) <= 1000 * torch.finfo(self.dtype).eps
             except _NotPerPosition:
