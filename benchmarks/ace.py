@@ -116,7 +116,7 @@ TARGETS = {"fit / raw jvp": 1.1, "pos=-1 / floor": 1.2, "pos=-1 / forward, last 
            "pos=None / (T × pos=-1)": 0.5}
 
 
-def run_hook(n_layers: int = 4, d_model: int = 128, n_ctx: int = 32, batch: int = 64, repeats: int = 3,
+def run_hook(n_layers: int = 4, d_model: int = 128, n_ctx: int = 32, batch: int = 64, repeats: int = 5,
              seed: int = 0) -> list[dict]:
     "fit_hook at each layer of a small HookedTransformer, beside its floors (see the module docstring)."
     import warnings
