@@ -192,3 +192,21 @@ def test_first_pass_shows_progress(model, capsys):
     ACE().fit_hook(model, TOKENS, "blocks.0.hook_resid_post", per_pos, pos=-1)
     err = capsys.readouterr().err
     assert "ACE.fit_hook: mean" in err and "ACE.fit_hook:" in err.replace("ACE.fit_hook: mean", "")
+
+
+def test_diagonal_form_on_rotary_grouped_query_attention(tmp_path, monkeypatch):
+    "Llama's layout (rotary, two key/value heads for four query heads): the diagonal form holds and is exact."
+    from coreinv.models import load_local, tiny_local_model
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        m = load_local(tiny_local_model("llama", tmp_path / "llama"), route="hooked", device="cpu", dtype=F64)
+    assert m.cfg.positional_embedding_type == "rotary" and m.cfg.n_key_value_heads < m.cfg.n_heads
+    used = []
+    orig = coreinv.ace._HookPlan.use_diagonal
+    monkeypatch.setattr(coreinv.ace._HookPlan, "use_diagonal", lambda self, *a: used.append(orig(self, *a)) or used[-1])
+    tok = torch.randint(0, 320, (6, 8), generator=torch.Generator().manual_seed(0))
+    a = ACE(float64=True).fit_hook(m, tok, "blocks.0.hook_resid_pre", per_pos, progress=False)
+    S, U = whole_model_jvp(m, tok, "blocks.0.hook_resid_pre", per_pos, None)
+    assert used == [True] and a.rank_ == len(S)
+    assert float((a.singular_values_ - S).abs().max()) <= 1e-10 * float(S[0])
+    assert float((a.basis_ @ a.basis_.T - U @ U.T).abs().max()) <= 1e-10
