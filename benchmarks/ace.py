@@ -170,7 +170,7 @@ def print_hook_table(rows: list[dict]) -> None:
         floor = r["to_hook"] + r["raw_jvp"]
         print(f"| {r['layer']} | {r['forward']:.4f} | {r['to_hook']:.4f} | {r['raw_jvp']:.4f} | {r['fit']:.4f} "
               f"| {r['fit'] / r['forward']:.2f}× (floor {floor / r['forward']:.2f}×) | {r['fit'] / floor:.2f}× "
-              f"| {r['fit_all']:.4f} | {'joint' if r['joint'] else 'one pass per batch'} "
+              f"| {r['fit_all']:.4f} | {'joint' if r['joint'] else 'not joint'} "
               f"| {r['fit_all'] / (r['T'] * r['fit']):.3f} |")
 
 
