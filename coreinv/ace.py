@@ -468,7 +468,7 @@ class ACE(Estimator):
         outputs : callable [n, D] → [n, O] (or [n])
             Pure and differentiable with `torch.func`; rows must not interact. It gets copies of
             the activations: a readout that writes into its input, or whose rows interact (checked
-            on the first batch against its two halves), is refused.
+            on the first 64 rows against their two halves), is refused.
 
         Returns
         -------
