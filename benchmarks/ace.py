@@ -1,6 +1,8 @@
 """Speed of ACE extraction, measured side by side in one run (ratios, no absolute targets asserted).
 
-    .venv/bin/python benchmarks/ace.py            # N=8192, D=128, O in {1, 4, 113}
+    .venv/bin/python benchmarks/ace.py            # N=8192, D=128, O in {1, 4, 113}, then fit_hook
+    .venv/bin/python benchmarks/ace.py --hook     # fit_hook only
+    .venv/bin/python benchmarks/ace.py --check    # exit 1 when a ratio exceeds its target by > 25%
 
 The downstream function is an attention-free residual block (LayerNorm, MLP with 4·D hidden units,
 GELU) followed by a linear readout to O outputs. For every O it times, on the same activations:
