@@ -708,9 +708,10 @@ class ACE(Estimator):
         Cost: one forward pass to the hook (the mean, activations kept for a list of batches), then
         per batch one JVP of what follows the hook. On a `HookedTransformer` that JVP starts at the
         hook (`start_at_layer`); elsewhere (a `TransformerBridge`, any other module) it runs the whole
-        model with the activation replaced. The rank is at most the number of outputs with
-        method="jvp" (O − 1 for O > 1 centred outputs): a scalar readout, e.g. a logit difference,
-        gives a one-dimensional core; use method="gramian" or a multi-output readout for more.
+        model with the activation replaced. With method="jvp", rank ≤ number of outputs (the rank
+        is at most the number of outputs O, O − 1 for O > 1 centred outputs): a scalar readout, e.g.
+        a logit difference, gives a one-dimensional core; use method="gramian" or a multi-output
+        readout for more.
 
         Parameters
         ----------
