@@ -1,6 +1,8 @@
 """Speed of ACE extraction, measured side by side in one run (ratios, no absolute targets asserted).
 
-    .venv/bin/python benchmarks/ace.py            # N=8192, D=128, O in {1, 4, 113}
+    .venv/bin/python benchmarks/ace.py            # N=8192, D=128, O in {1, 4, 113}, then fit_hook
+    .venv/bin/python benchmarks/ace.py --hook     # fit_hook only
+    .venv/bin/python benchmarks/ace.py --check    # exit 1 when a ratio exceeds its target by > 25%
 
 The downstream function is an attention-free residual block (LayerNorm, MLP with 4·D hidden units,
 GELU) followed by a linear readout to O outputs. For every O it times, on the same activations:
@@ -13,11 +15,19 @@ GELU) followed by a linear readout to O outputs. For every O it times, on the sa
              cost is linear in N).
 It also measures the user's case (`--hook`, part of the default run): `ACE.fit_hook` on a 4-layer
 HookedTransformer at blocks.{0,1,2,3}.hook_resid_post, with pos=-1 (one position, the readout's) and
-pos=None (every position: the joint pass where it is exact, else one JVP pass per position),
-against one plain forward pass of the whole model over the same tokens.
-Targets (issue 15): jvp ≤ 3× one forward pass of the downstream function and ≥ 20× the naive loop
-at every O; fit_hook ≤ 2× one forward pass of the whole model at every layer. forward and jvp are timed interleaved, `repeats` times each, and the
-minimum is kept (the machine is shared); gramian and naive are timed once after a warm-up.
+pos=None (every position), beside its floors, all timed interleaved in the same run:
+  * forward     one plain forward pass of the whole model over the same tokens;
+  * to hook     the forward pass up to the hook (`stop_at_layer`);
+  * raw jvp     torch.func.jvp of the blocks after the hook alone (`start_at_layer`), the tangent at
+                the last position: the floor of pos=-1 is to hook + raw jvp.
+Targets (issue 27), as ratios in one run:
+  * ACE.fit (jvp) ≤ 1.1 × raw torch.func.jvp of the same function, every O;
+  * fit_hook, pos=-1 ≤ 1.2 × (to hook + raw jvp) at every layer, and ≤ 2.5 × forward at the last;
+  * fit_hook, pos=None ≤ 0.5 × T × fit_hook(pos=-1) on the layers where the joint pass does not hold.
+`--check` exits 1 when a ratio exceeds its target by more than 25% (a regression guard outside the
+unit tests, which never time anything). forward, the floors and the fits are timed interleaved,
+`repeats` times each, keeping the minimum (the machine is shared); gramian and naive are timed once
+after a warm-up.
 """
 from __future__ import annotations
 
@@ -104,9 +114,13 @@ def run(N: int = 8192, D: int = 128, Os=(1, 4, 113), n_naive: int = 256, repeats
     return rows
 
 
-def run_hook(n_layers: int = 4, d_model: int = 128, n_ctx: int = 32, batch: int = 64, repeats: int = 3,
+TARGETS = {"fit / raw jvp": 1.1, "pos=-1 / floor": 1.2, "pos=-1 / forward, last layer": 2.5,
+           "pos=None / (T × pos=-1)": 0.5}
+
+
+def run_hook(n_layers: int = 4, d_model: int = 128, n_ctx: int = 32, batch: int = 64, repeats: int = 5,
              seed: int = 0) -> list[dict]:
-    "fit_hook at each layer of a small HookedTransformer, against one plain forward of the whole model."
+    "fit_hook at each layer of a small HookedTransformer, beside its floors (see the module docstring)."
     import warnings
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -125,37 +139,74 @@ def run_hook(n_layers: int = 4, d_model: int = 128, n_ctx: int = 32, batch: int 
     rows = []
     for layer in range(n_layers):
         hook = f"blocks.{layer}.hook_resid_post"
-        for pos in (-1, None):
-            fit = lambda: ACE(batch_size=batch).fit_hook(model, tokens, hook, readout, pos=pos)
-            ace = fit()                                                            # warm-up
-            t_fwd = t_fit = float("inf")
-            for _ in range(repeats):
-                t_fwd = min(t_fwd, _time(forward, 1))
-                t_fit = min(t_fit, _time(fit, 1))
-            rows.append(dict(layer=layer, pos=pos, joint=ace.joint_, forward=t_fwd, fit_hook=t_fit))
+        with torch.no_grad():
+            resid = model(tokens, stop_at_layer=layer + 1)                         # [b, pos, d_model]
+        tangent = torch.zeros_like(resid)
+        tangent[:, -1] = resid[:, -1] - resid[:, -1].mean(0)
+        def to_hook():
+            with torch.no_grad(): model(tokens, stop_at_layer=layer + 1)
+        def raw_jvp():                        # the blocks after the hook alone: the floor of the JVP
+            with torch.no_grad():
+                torch.func.jvp(lambda r: readout(model(r, start_at_layer=layer + 1), tokens)[:, -1],
+                               (resid,), (tangent,))
+        fits = {pos: (lambda pos=pos: ACE(batch_size=batch).fit_hook(model, tokens, hook, readout, pos=pos,
+                                                                     progress=False)) for pos in (-1, None)}
+        joint = fits[None]().joint_; fits[-1](); to_hook(); raw_jvp()           # warm-up
+        t = dict(forward=float("inf"), to_hook=float("inf"), raw_jvp=float("inf"), fit=float("inf"),
+                 fit_all=float("inf"))
+        for _ in range(repeats):
+            for k, f in (("forward", forward), ("to_hook", to_hook), ("raw_jvp", raw_jvp), ("fit", fits[-1]),
+                         ("fit_all", fits[None])):
+                t[k] = min(t[k], _time(f, 1))
+        rows.append(dict(layer=layer, joint=joint, T=n_ctx, **t))
     return rows
 
 
 def print_hook_table(rows: list[dict]) -> None:
-    "Print the fit_hook rows as a markdown table."
-    print("| layer | pos | joint pass | forward of the model (s) | fit_hook (s) | fit_hook / forward |")
-    print("|---|---|---|---|---|---|")
+    "Print the fit_hook rows as a markdown table: times, ratios, and each ratio's floor or target."
+    print("| layer | forward (s) | to hook (s) | raw jvp after it (s) | fit_hook pos=−1 (s) "
+          "| pos=−1 / forward | pos=−1 / (to hook + raw jvp) [≤ 1.2] | fit_hook pos=None (s) | pos=None path "
+          "| pos=None / (T × pos=−1) [≤ 0.5] |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['layer']} | {r['pos']} | {'yes' if r['joint'] else 'no'} | {r['forward']:.4f} "
-              f"| {r['fit_hook']:.4f} | {r['fit_hook'] / r['forward']:.2f}× |")
+        floor = r["to_hook"] + r["raw_jvp"]
+        print(f"| {r['layer']} | {r['forward']:.4f} | {r['to_hook']:.4f} | {r['raw_jvp']:.4f} | {r['fit']:.4f} "
+              f"| {r['fit'] / r['forward']:.2f}× (floor {floor / r['forward']:.2f}×) | {r['fit'] / floor:.2f}× "
+              f"| {r['fit_all']:.4f} | {'joint' if r['joint'] else 'not joint'} "
+              f"| {r['fit_all'] / (r['T'] * r['fit']):.3f} |")
+
+
+def check(rows: list[dict] | None, hook_rows: list[dict] | None, slack: float = 1.25) -> list[str]:
+    "The ratios above their targets by more than `slack` (empty: every target met within it)."
+    bad = []
+    def over(name, value, where):
+        if value > slack * TARGETS[name]: bad.append(f"{name} = {value:.2f} at {where} (target {TARGETS[name]})")
+    for r in rows or []:
+        over("fit / raw jvp", r["jvp"] / r["raw_jvp"], f"O={r['O']}")
+    for r in hook_rows or []:
+        over("pos=-1 / floor", r["fit"] / (r["to_hook"] + r["raw_jvp"]), f"layer {r['layer']}")
+        if not r["joint"]: over("pos=None / (T × pos=-1)", r["fit_all"] / (r["T"] * r["fit"]), f"layer {r['layer']}")
+    if hook_rows:
+        last = hook_rows[-1]
+        over("pos=-1 / forward, last layer", last["fit"] / last["forward"], f"layer {last['layer']}")
+        first = hook_rows[0]
+        if last["fit"] / last["forward"] > slack * first["fit"] / first["forward"]:
+            bad.append("fit_hook pos=-1 / forward does not fall with depth")
+    return bad
 
 
 def print_table(rows: list[dict], N: int | None = None, D: int | None = None) -> None:
     "Print the rows as a markdown table of times and ratios."
     base = rows[0]["jvp"]
-    print("| O | forward (s) | jvp (s) | gramian (s) | naive (s, extrap.) | naive / jvp | jvp / forward "
-          "| raw torch.func.jvp / forward | gramian / jvp | jvp / jvp(O=%d) |" % rows[0]["O"])
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| O | forward (s) | raw torch.func.jvp (s) | jvp (s) | gramian (s) | naive (s, extrap.) | naive / jvp "
+          "| jvp / forward (floor: raw jvp / forward) | jvp / raw jvp [≤ 1.1] | gramian / jvp | jvp / jvp(O=%d) |"
+          % rows[0]["O"])
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['O']} | {r['forward']:.3f} | {r['jvp']:.3f} | {r['gramian']:.3f} | {r['naive']:.1f} "
-              f"| {r['naive'] / r['jvp']:.0f}× | {r['jvp'] / r['forward']:.2f}× | {r['raw_jvp'] / r['forward']:.2f}× "
-              f"| {r['gramian'] / r['jvp']:.1f}× "
-              f"| {r['jvp'] / base:.2f}× |")
+        print(f"| {r['O']} | {r['forward']:.3f} | {r['raw_jvp']:.3f} | {r['jvp']:.3f} | {r['gramian']:.3f} "
+              f"| {r['naive']:.1f} | {r['naive'] / r['jvp']:.0f}× "
+              f"| {r['jvp'] / r['forward']:.2f}× ({r['raw_jvp'] / r['forward']:.2f}×) | {r['jvp'] / r['raw_jvp']:.2f}× "
+              f"| {r['gramian'] / r['jvp']:.1f}× | {r['jvp'] / base:.2f}× |")
 
 
 if __name__ == "__main__":
@@ -166,6 +217,8 @@ if __name__ == "__main__":
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads (default 1: ratios are steadier on a shared machine)")
     ap.add_argument("--hook", action="store_true", help="only the fit_hook measurement")
+    ap.add_argument("--check", action="store_true",
+                    help="exit 1 when a ratio exceeds its target (TARGETS) by more than 25%%")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     N, D = args.N, args.D
@@ -173,8 +226,16 @@ if __name__ == "__main__":
           f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}")
     import os
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    rows = None
     if not args.hook:
         print("naive: per-sample × per-output autograd.grad, timed on 256 samples and extrapolated to N")
-        print_table(run(N=N, D=D))
-    print("\nfit_hook on a 4-layer HookedTransformer (d_model 128, 64 sequences of 32 tokens, O = 4)")
-    print_hook_table(run_hook())
+        rows = run(N=N, D=D)
+        print_table(rows)
+    print("\nfit_hook on a 4-layer HookedTransformer (d_model 128, 64 sequences of T = 32 tokens, O = 4)")
+    hook_rows = run_hook()
+    print_hook_table(hook_rows)
+    print(f"load average {os.getloadavg()[0]:.1f} at the end")
+    if args.check:
+        bad = check(rows, hook_rows)
+        print("\ncheck (targets × 1.25):", "all met" if not bad else "; ".join(bad))
+        sys.exit(1 if bad else 0)

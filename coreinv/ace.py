@@ -5,6 +5,7 @@
 # %% ../nbs/10_ace.ipynb #2e308164
 from __future__ import annotations
 
+import contextlib
 import copy
 import difflib
 import inspect
@@ -32,20 +33,27 @@ class Core:
 
     Parameters
     ----------
-    basis : Tensor [d, k]
-        Orthonormal columns (stored as float64 on the CPU).
-    mean : Tensor [d]
+    basis : Tensor or array [d, k]
+        Orthonormal columns (stored as float64 on the CPU). A half-precision basis (an `ACE.basis_`
+        fitted on bfloat16 or float16 activations) is orthonormal only to its dtype's rounding; it is
+        accepted within 2 ε of its dtype and orthonormalised in float64 (the nearest orthonormal
+        basis, U Vᵀ of its SVD, which keeps its span to that rounding).
+    mean : Tensor or array [d]
         The point the subspace passes through, usually the activations' mean.
-    atol : float
-        Tolerance of the orthonormality check max |UᵀU − I|.
+    atol : float or None
+        Tolerance of the orthonormality check max |UᵀU − I| (default: 1e-5, or 2 ε of a
+        half-precision basis' dtype: 1.6e-2 for bfloat16, 2.0e-3 for float16).
 
     Raises
     ------
     ValueError
         If the shapes do not fit or the columns are not orthonormal.
     """
-    def __init__(self, basis: Tensor, mean: Tensor, atol: float = 1e-5):
-        basis = torch.as_tensor(basis).detach().to("cpu", torch.float64)   # [d, k]
+    def __init__(self, basis: Tensor, mean: Tensor, atol: float | None = None):
+        basis = torch.as_tensor(basis).detach()
+        half = basis.dtype in (torch.bfloat16, torch.float16)
+        if atol is None: atol = max(1e-5, 2 * torch.finfo(basis.dtype).eps) if half else 1e-5
+        basis = basis.to("cpu", torch.float64)                              # [d, k]
         mean = torch.as_tensor(mean).detach().to("cpu", torch.float64)     # [d]
         if basis.ndim != 2 or mean.ndim != 1 or basis.shape[0] != mean.shape[0]:
             raise ValueError(f"basis must be [d, k] and mean [d], got {tuple(basis.shape)} and "
@@ -53,8 +61,11 @@ class Core:
         err = (basis.T @ basis - torch.eye(basis.shape[1], dtype=torch.float64)).abs().max().item() \
             if basis.shape[1] else 0.0
         if not err <= atol:
-            raise ValueError(f"basis columns must be orthonormal (max |UᵀU − I| = {err:.2g}); "
-                             f"use Core.from_span for arbitrary vectors")
+            raise ValueError(f"basis columns must be orthonormal (max |UᵀU − I| = {err:.2g}, tolerance "
+                             f"{atol:.2g}); use Core.from_span for arbitrary vectors")
+        if half and basis.shape[1]:                       # rounded to its dtype: the nearest orthonormal basis
+            U, _, Vh = torch.linalg.svd(basis, full_matrices=False)
+            basis = U @ Vh
         self.basis, self.mean = basis, mean
 
     @classmethod
@@ -100,17 +111,20 @@ class Core:
         """
         return self.basis @ self.basis.T
 
-    def _prep(self, h: Tensor):
-        if h.shape[-1] != self.d:
-            raise ValueError(f"activations have last dim {h.shape[-1]} but the core lives in d={self.d}")
-        return self.basis.to(h.device, h.dtype), self.mean.to(h.device, h.dtype)
+    def _prep(self, h):
+        "h as a tensor (a numpy array or list is converted), and the basis and mean in its dtype and device."
+        h = h if isinstance(h, Tensor) else torch.as_tensor(h)
+        if not h.is_floating_point(): h = h.to(torch.float64)
+        if h.ndim < 1 or h.shape[-1] != self.d:
+            raise ValueError(f"activations have shape {tuple(h.shape)}, last dim not the core's d={self.d}")
+        return h, self.basis.to(h.device, h.dtype), self.mean.to(h.device, h.dtype)
 
     def coords(self, h: Tensor) -> Tensor:
         """Core coordinates (h − h̄) U: [..., d] → [..., k].
 
         Parameters
         ----------
-        h : Tensor [..., d]
+        h : Tensor [..., d], or a numpy array (converted; an integer one to float64)
 
         Returns
         -------
@@ -121,7 +135,7 @@ class Core:
         ValueError
             If h's last dimension is not d.
         """
-        U, m = self._prep(h)
+        h, U, m = self._prep(h)
         return (h - m) @ U
 
     def keep(self, h: Tensor) -> Tensor:
@@ -129,7 +143,7 @@ class Core:
 
         Parameters
         ----------
-        h : Tensor [..., d]
+        h : Tensor [..., d], or a numpy array (converted; an integer one to float64)
 
         Returns
         -------
@@ -140,7 +154,7 @@ class Core:
         ValueError
             If h's last dimension is not d.
         """
-        U, m = self._prep(h)
+        h, U, m = self._prep(h)
         return m + ((h - m) @ U) @ U.T
 
     def remove(self, h: Tensor) -> Tensor:
@@ -148,7 +162,7 @@ class Core:
 
         Parameters
         ----------
-        h : Tensor [..., d]
+        h : Tensor [..., d], or a numpy array (converted; an integer one to float64)
 
         Returns
         -------
@@ -159,7 +173,7 @@ class Core:
         ValueError
             If h's last dimension is not d.
         """
-        U, m = self._prep(h)
+        h, U, m = self._prep(h)
         return h - ((h - m) @ U) @ U.T
 
     def __repr__(self): return f"Core(k={self.k}, d={self.d})"
@@ -376,7 +390,13 @@ def _probe(fn: Callable, x: Tensor, what: str = "outputs"):
             yh = torch.cat([fn(x[:m].clone()), fn(x[m:].clone())])
     except Exception:
         return
+    _check_rows(y, yh, what)
+
+
+def _check_rows(y: Tensor, yh: Tensor, what: str):
+    "`y` [n, ...] on a whole batch against `yh`, the same on its two halves: refuse outputs that mix rows."
     if yh.shape != y.shape: return
+    n = y.shape[0]
     tol = 10 * torch.finfo(y.dtype).eps ** 0.5                  # batched vs split round-off: far below
     y, yh = y.double(), yh.double()
     gap = float((y - yh).abs().max() / y.abs().max().clamp_min(1e-30))
@@ -404,7 +424,11 @@ class ACE(Estimator):
     center_outputs : bool
         Centre the outputs across O (when O > 1).
     rtol : float or None
-        Singular values below `rtol` times the largest are round-off (default 100 ε of the dtype).
+        Singular values below `rtol` times the largest are round-off. Default: 100 ε of the compute
+        dtype, 2.2e-14 for float64 activations and 1.2e-5 for float32, bfloat16 and float16 (the
+        last two are computed in float32). So `rank_` depends on the dtype: the same layer can give
+        rank 62 in float64 and 5 in bfloat16, where weaker directions are below float32's
+        round-off. Pass `rtol` (or `n_components`) to compare fits across dtypes.
     seed : int
         Seed of the sketch.
     float64 : bool, default False
@@ -444,7 +468,7 @@ class ACE(Estimator):
         outputs : callable [n, D] → [n, O] (or [n])
             Pure and differentiable with `torch.func`; rows must not interact. It gets copies of
             the activations: a readout that writes into its input, or whose rows interact (checked
-            on the first batch against its two halves), is refused.
+            on the first 64 rows against their two halves), is refused.
 
         Returns
         -------
@@ -561,23 +585,28 @@ class ACE(Estimator):
                 n = h.shape[0]
                 if n == 0: continue
                 h = h.to(_compute_dtype(h.dtype))                  # bfloat16/float16 → float32
+                own = getattr(fn, "jvp", None) if self.method == "jvp" else None   # fit_hook's one-pass JVP
                 if not st["probed"]:                               # in-place writes, mixed rows
-                    _probe(fn, h); st["probed"] = True
+                    if own is None: _probe(fn, h[:64])             # (fit_hook's JVP probes its readout itself)
+                    st["probed"] = True
                 ht = h - st["centre"].to(h.device, h.dtype)     # [n, D] centred activations
                 hc = h.clone()                                     # the readout never sees the caller's tensor
                 if self.method == "jvp":
-                    try: fast = _stacked_jvp(fn, hc, ht)           # primal and tangent in one pass
-                    except Exception: fast = None                  # anything odd: torch.func decides
+                    if own is not None: fast = own(hc, ht)
+                    else:
+                        try: fast = _stacked_jvp(fn, hc, ht)       # primal and tangent in one pass
+                        except Exception: fast = None              # anything odd: torch.func decides
                     if fast is None:
                         f = _task(fn, n, D, None, self.center_outputs)
                         y, v = _call("jvp", tuple(h.shape), jvp, f, (hc,), (ht,))  # v = J_n h̃_n: [n, O]
                     else:
                         y, v = (_task(lambda _, a=a: a, n, D, None, self.center_outputs)(hc) for a in fast)
                     _check_inplace(hc, h)
-                    _check_finite(y, "value")
-                    _check_finite(v, "Jacobian-vector product")
-                    part = (ht.T @ v.to(ht.dtype)).double().cpu()  # [D, O]: batch sum in the compute dtype
+                    if not math.isfinite(float(y.sum())):          # a sum is NaN/Inf iff an entry is (then count)
+                        _check_finite(y, "value")
                     vv = float(v.double().pow(2).sum())
+                    if not math.isfinite(vv): _check_finite(v, "Jacobian-vector product")
+                    part = (ht.T @ v.to(ht.dtype)).double().cpu()  # [D, O]: batch sum in the compute dtype
                 else:
                     if st["sketch"] is None and self.n_sketch is not None:
                         O = _task(fn, n, D, None, self.center_outputs)(h).shape[1]
@@ -679,13 +708,23 @@ class ACE(Estimator):
                  joint: bool | None = None, progress: bool = True) -> "ACE":
         """Fit at `hook` of `model`: the Jacobian goes through the whole rest of the forward pass.
 
+        Cost: one forward pass to the hook (the mean, activations kept for a list of batches), then
+        per batch one JVP of what follows the hook. On a `HookedTransformer` that JVP starts at the
+        hook (`start_at_layer`); elsewhere (a `TransformerBridge`, any other module) it runs the whole
+        model with the activation replaced. With method="jvp", rank ≤ number of outputs (the rank
+        is at most the number of outputs O, O − 1 for O > 1 centred outputs): a scalar readout, e.g.
+        a logit difference, gives a one-dimensional core; use method="gramian" or a multi-output
+        readout for more.
+
         Parameters
         ----------
         model : nn.Module
-            A TransformerLens `HookedTransformer` (hook names) or any module (module names), in eval mode.
+            A TransformerLens `HookedTransformer` or `TransformerBridge` (hook names) or any module
+            (module names), in eval mode, with its weights loaded (not on the meta device).
         inputs : Tensor [batch, ...], or a re-iterable of such batches (a list, a DataLoader)
             A Tensor is cut into `batch_size` chunks. Batches are read twice (the mean, then the
-            JVPs), so a one-shot generator is refused.
+            JVPs), so a one-shot generator is refused. For a TransformerLens model each batch must be
+            token ids [batch, pos] (an integer tensor, ids in 0..d_vocab − 1, at most n_ctx positions).
         hook : str
             Where the activation is taken, e.g. "blocks.1.hook_resid_post". The position axis is
             axis 1 ([batch, pos, ...]), except at `hook_pattern` and `hook_attn_scores`
@@ -699,19 +738,23 @@ class ACE(Estimator):
             positions is ambiguous and refused: return [b, pos, 1] for one output per position.
             Rows must not interact (checked on the first batch against its two halves).
         pos : int or None
-            One query position, or None (default) for every position, each a sample. Cost: with
-            `pos=None` the per-position path runs one JVP pass per position (T passes per batch);
-            the joint path runs one.
+            One query position, or None (default) for every position, each a sample with its
+            same-position Jacobian. Cost with `pos=None`: one JVP pass per batch where the joint pass
+            holds, or, on a causal `HookedTransformer` with a per-position readout, the one-pass form
+            that keeps each position's tangent apart through attention (checked on the first four
+            sequences against one JVP pass per position); otherwise (a `[b, O]` readout, a
+            `TransformerBridge`, bidirectional attention) the T one-position tangents go through one
+            `vmap`ped pass, whose work still grows with T.
         joint : bool or None
-            Evaluate all positions in one JVP, T times cheaper than one JVP per position. It is
-            exact only where positions do not interact downstream of the hook (after the last
-            attention layer, e.g. the last block's `hook_resid_mid`/`hook_resid_post`, or in a model
-            without attention), and not before any attention layer that mixes positions. It is
-            checked on the first four sequences. None (default): the joint pass wherever that
-            check finds it exact to round-off, else one JVP pass per position. True: joint, or
+            Evaluate all positions in one plain JVP. It is exact only where positions do not
+            interact downstream of the hook (after the last attention layer, e.g. the last block's
+            `hook_resid_mid`/`hook_resid_post`, or in a model without attention), and needs a
+            per-position readout `[b, pos, O]`. It is checked on the first four sequences. None
+            (default): the joint pass wherever that check finds it exact to round-off, else per
+            position (see `pos`; a `[b, O]` readout is always per position). True: joint, or
             ValueError. False: per position.
         progress : bool, default True
-            A tqdm bar over the JVP passes.
+            tqdm bars over the forward pass to the hook (the mean) and over the JVP passes.
 
         Returns
         -------
@@ -720,8 +763,9 @@ class ACE(Estimator):
         Raises
         ------
         ValueError
-            On an unknown hook, active dropout, bad `pos` or inputs, an ambiguous readout shape,
-            a readout that mixes the samples of a batch, and whatever `fit` raises.
+            On an unknown hook, active dropout, a model on the meta device, bad `pos`, inputs that are
+            not token ids in the vocabulary (float, out of range, on the meta device), an ambiguous
+            readout shape, a readout that mixes the samples of a batch, and whatever `fit` raises.
         """
         self._reset()
         part, err, plan, use_joint = None, None, None, False
@@ -732,8 +776,12 @@ class ACE(Estimator):
             if drop:
                 raise ValueError(f"dropout is active in {drop[:3]}: call model.eval() first (outputs must be "
                                  f"a deterministic function of the activation)")
+            meta = [n for n, p in model.named_parameters() if p.is_meta]
+            if meta:
+                raise ValueError(f"the model's parameters {meta[:3]} are on the meta device, which holds no "
+                                 f"weights: load the model's weights first")
             plan = _HookPlan(model, hook, readout, pos, _token_batches(inputs, self.batch_size))
-            part = plan.first_pass()
+            part = plan.first_pass(progress)
         except Exception as e:
             err = e
         mean = _global_mean(gather(part, "ACE.fit_hook", err))
@@ -741,10 +789,11 @@ class ACE(Estimator):
             self._start(mean, plan.dtype, plan.device)
             if plan.layout is not None:
                 use_joint = plan.use_joint(self, mean, joint)
-                total = len(plan.src) * (1 if use_joint else len(plan.positions)) \
-                    if hasattr(plan.src, "__len__") else None
-                self._accumulate(tqdm(plan.batches(use_joint), total=total, desc="ACE.fit_hook",
-                                      unit="jvp", disable=not progress))
+                if not use_joint and joint is not True: plan.use_diagonal(self, mean)
+                per_batch = 1 if use_joint or self.method == "jvp" else len(plan.positions)
+                total = len(plan.src) * per_batch if hasattr(plan.src, "__len__") else None
+                self._accumulate(tqdm(plan.batches(use_joint, self.method), total=total, desc="ACE.fit_hook",
+                                      unit="pass", disable=not progress))
         except Exception as e:
             err = e
         self._finalize(err)
@@ -775,7 +824,13 @@ class ACE(Estimator):
         self._check_fitted()
         k = self.rank_ if k is None else k
         if not (isinstance(k, int) and 1 <= k <= self.rank_):
-            raise ValueError(f"k must be an int in 1..{self.rank_} (the rank found), got {k!r}")
+            hint, O = "", self.n_outputs_
+            bound = O - 1 if self.center_outputs and O > 1 else O
+            if self.method == "jvp" and self.rank_ >= bound:
+                hint = (f"; with method='jvp' the rank is at most the number of outputs, here {bound} "
+                        f"(O = {O}{', centred' if bound < O else ''}): use method='gramian' or a readout "
+                        f"with more outputs for more directions")
+            raise ValueError(f"k must be an int in 1..{self.rank_} (the rank found{hint}), got {k!r}")
         basis, mean = self._core64_                                     # float64, whatever the dtype
         return Core(basis[:, :k], mean)
 
@@ -941,6 +996,35 @@ def _token_batches(inputs, batch_size: int):
     return inputs
 
 
+def _check_tokens(model, t, what: str = "inputs", also: str = "") -> Tensor:
+    """`t` checked as a batch of inputs for `model`: token ids [batch, pos] in the vocabulary for a
+    TransformerLens model (one with `cfg.d_vocab`), any non-empty tensor for another module.
+
+    The one token check of the library: `fit_hook` runs it on every batch and
+    `coreinv.calibration.collect_triples` on its tokens (`also`: what else the caller accepts, e.g.
+    " (or text)"). Nothing is copied: `t` comes back as is.
+    """
+    if not isinstance(t, Tensor) or t.ndim < 1:
+        raise ValueError(f"{what}: each batch of inputs must be a Tensor [batch, ...], got "
+                         f"{type(t).__name__}" + (f" of shape {tuple(t.shape)}" if isinstance(t, Tensor) else ""))
+    if t.is_meta:
+        raise ValueError(f"{what}: the inputs are on the meta device, which holds no data: pass real tensors")
+    cfg = getattr(model, "cfg", None)
+    V = getattr(cfg, "d_vocab", None)
+    if not isinstance(V, int) or V <= 0: return t
+    if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
+        raise ValueError(f"{what}: tokens are {t.dtype}, not ids: pass an integer tensor [batch, pos]{also}")
+    if t.ndim != 2 or t.numel() == 0:
+        raise ValueError(f"{what}: tokens must be an integer tensor [batch, pos], got shape {tuple(t.shape)}")
+    lo, hi = int(t.min()), int(t.max())
+    if lo < 0 or hi >= V:
+        raise ValueError(f"{what}: token ids run from {lo} to {hi}, outside the vocabulary 0..{V - 1}")
+    n_ctx = getattr(cfg, "n_ctx", None)
+    if isinstance(n_ctx, int) and t.shape[1] > n_ctx:
+        raise ValueError(f"{what}: sequences have {t.shape[1]} positions, more than the model's n_ctx={n_ctx}")
+    return t
+
+
 def _n_args(fn) -> int:
     "1 for a readout with one positional parameter (TransformerLens's `metric(logits)`), else 2."
     try:
@@ -954,6 +1038,125 @@ def _n_args(fn) -> int:
 _QUERY_AXIS_HOOKS = ("hook_pattern", "hook_attn_scores")        # [batch, head, query_pos, key_pos]
 
 
+def _start_at(model, hook: str) -> tuple[int, str | None] | None:
+    """Where the pass after `hook` can start: `(layer, via)` for `model(resid, start_at_layer=layer)`,
+    `via` the hook whose activation is that `resid` (None: the activation at `hook` itself), or None
+    where the model must run whole (not a `HookedTransformer`, a hook before the first block, a
+    shortformer or left-padding model, whose later blocks need more than the residual stream)."""
+    try:
+        from transformer_lens import HookedTransformer
+    except ImportError:
+        return None
+    if not isinstance(model, HookedTransformer): return None
+    cfg = model.cfg
+    if getattr(cfg, "positional_embedding_type", "standard") == "shortformer": return None
+    if getattr(getattr(model, "tokenizer", None), "padding_side", None) == "left": return None
+    parts, L = hook.split("."), cfg.n_layers
+    if parts[0] == "blocks" and len(parts) > 2 and parts[1].isdigit():
+        l = int(parts[1])
+        if parts[2:] == ["hook_resid_post"]: return l + 1, None
+        if parts[2:] == ["hook_resid_pre"]: return l, None
+        return l, f"blocks.{l}.hook_resid_pre"
+    if parts[0] == "ln_final" and L > 0: return L, f"blocks.{L - 1}.hook_resid_post"
+    return None
+
+
+_BEFORE_ATTN = ("hook_resid_pre", "ln1.hook_scale", "ln1.hook_normalized", "attn.hook_q", "attn.hook_k",
+                "attn.hook_v", "attn.hook_rot_q", "attn.hook_rot_k")
+
+
+def _diagonal_from(model, hook: str, start) -> int | None:
+    """The first block whose attention needs `_diagonal_attention` for all positions in one pass (the
+    hook's own block when the hook is before its attention), or None where the trick does not hold:
+    attention that is not plain causal softmax attention over the hooked keys and values."""
+    if start is None: return None
+    cfg = model.cfg
+    if (getattr(cfg, "attention_dir", "causal") != "causal" or getattr(cfg, "use_attention_sinks", False)
+            or (getattr(cfg, "attn_scores_soft_cap", -1) or -1) > 0 or getattr(cfg, "use_logn_attn", False)
+            or getattr(cfg, "clip_qkv", None) is not None
+            or getattr(cfg, "positional_embedding_type", "standard") == "relative_positional_bias"
+            or getattr(cfg, "original_architecture", "") in ("OlmoeForCausalLM", "Olmo2ForCausalLM",
+                                                               "Olmo3ForCausalLM")):
+        return None
+    for blk in model.blocks:
+        a = getattr(blk, "attn", None)
+        if a is None or getattr(a, "_attention_dir_override", None) not in (None, "causal"): return None
+        if not all(hasattr(a, n) for n in ("hook_q", "hook_k", "hook_v", "hook_pattern", "hook_attn_scores",
+                                            "hook_z", "attn_scale")):
+            return None
+    parts = hook.split(".")
+    if parts[0] == "blocks" and ".".join(parts[2:]) in _BEFORE_ATTN: return int(parts[1])
+    return start[0] if parts[0] == "blocks" and parts[2:] in (["hook_resid_post"], ["hook_resid_pre"]) \
+        else (start[0] + 1 if parts[0] == "blocks" else start[0])
+
+
+@contextmanager
+def _diagonal_attention(model, first: int):
+    """All T one-position tangents in one pass: position t of the tangent carries problem t's tangent.
+
+    Everything but attention acts position by position, so it keeps the problems apart. Causal attention
+    mixes them only where query t reads a key or value at s < t, whose tangent belongs to problem s:
+    the scores get q_t·k̇_s and z_t gets a_ts v̇_s. Both terms are removed (hooks on `hook_attn_scores`
+    and `hook_z` of every block from `first` on), as products with a primal-zero tensor (k − k.detach()),
+    so the values are unchanged and only the tangents lose the cross-problem terms; s > t is masked."""
+    stack, cap = [], {}
+    rot = getattr(model.cfg, "positional_embedding_type", "") == "rotary"
+    for i in range(first, model.cfg.n_layers):
+        attn = model.blocks[i].attn
+        def keep(name, i=i):
+            def f(mod, inp, out):
+                cap[i, name] = out
+            return f
+        def fix_scores(mod, inp, S, i=i, attn=attn):                     # S: [b, head, q, k]
+            q, k = cap[i, "q"].detach(), cap[i, "k"]
+            dk = k - k.detach()                                          # value 0, tangent k̇
+            if dk.shape[2] != q.shape[2]: dk = dk.repeat_interleave(q.shape[2] // dk.shape[2], 2)
+            corr = torch.einsum("bqhd,bkhd->bhqk", q, dk) / attn.attn_scale
+            low = torch.ones(S.shape[-2:], dtype=torch.bool, device=S.device).tril(-1)
+            return S - torch.where(low, corr.to(S.dtype), torch.zeros((), dtype=S.dtype, device=S.device))
+        def fix_z(mod, inp, z, i=i):                                     # z: [b, q, head, d_head]
+            p, v = cap[i, "p"].detach(), cap[i, "v"]
+            dv = v - v.detach()
+            if dv.shape[2] != z.shape[2]: dv = dv.repeat_interleave(z.shape[2] // dv.shape[2], 2)
+            low = torch.ones(p.shape[-2:], dtype=torch.bool, device=p.device).tril(-1)
+            return z - torch.einsum("bhqk,bkhd->bqhd", p * low, dv).to(z.dtype)
+        for hp, name in ((attn.hook_rot_q if rot else attn.hook_q, "q"), (attn.hook_rot_k if rot else attn.hook_k, "k"),
+                         (attn.hook_v, "v"), (attn.hook_pattern, "p")):
+            stack.append(hp.register_forward_hook(keep(name)))
+        stack.append(attn.hook_attn_scores.register_forward_hook(fix_scores))
+        stack.append(attn.hook_z.register_forward_hook(fix_z))
+    try:
+        yield
+    finally:
+        for h in stack: h.remove()
+        cap.clear()
+
+
+class _Stop(Exception):
+    "Raised by `_activation`'s hook: nothing after the hook needs computing."
+
+
+def _activation(model: nn.Module, hook: str, inputs: Tensor, via: str | None = None) -> tuple[Tensor, Tensor | None]:
+    "The activations at `hook` (and at `via`, earlier) on `inputs`, without running the rest of the model."
+    store = {}
+    def keep(act):
+        store["via"] = act.detach()
+        return act
+    def grab(act):
+        store["act"] = act.detach()
+        raise _Stop
+    try:
+        with torch.no_grad(), replace_activation(model, hook, grab):
+            if via is None: model(inputs)
+            else:
+                with replace_activation(model, via, keep): model(inputs)
+    except _Stop:
+        pass
+    if "act" not in store:
+        raise ValueError(f"the forward pass of {type(model).__name__} never reached {hook!r}")
+    return store["act"], store.get("via")
+
+
 class _HookPlan:
     "What `ACE.fit_hook` needs to know about the activation at `hook`, and the two passes over the batches."
     def __init__(self, model, hook, readout, pos, batches):
@@ -965,6 +1168,9 @@ class _HookPlan:
         self.layout, self.dtype, self.device = None, torch.float32, None
         self.cache = [] if isinstance(batches, list) else None
         self.pos_axis = 2 if _is_hooked(model) and hook.rsplit(".", 1)[-1] in _QUERY_AXIS_HOOKS else 1
+        self.start = _start_at(model, hook)                  # None: every JVP runs the whole model
+        self.diagonal = None                                 # the first block of `_diagonal_attention`, once checked
+        self.probed = False
 
     def _set_layout(self, a: Tensor):
         "From the first activation [b, *act_shape]: the position axis, its length, the positions, D."
@@ -1005,92 +1211,178 @@ class _HookPlan:
                              f"y[:, None].expand(-1, {T}, -1) for {T} outputs per sequence")
         return y
 
-    def _record(self, x) -> Tensor:
-        if not isinstance(x, Tensor) or x.ndim < 1:
-            raise ValueError(f"each batch of inputs must be a Tensor [batch, ...], got {type(x).__name__}")
-        a = _activation(self.model, self.hook, x)                          # [b, *act_shape]
+    def _record(self, x) -> tuple[Tensor, Tensor]:
+        "The activation at the hook [b, *act_shape] and the residual stream the pass after it starts from."
+        _check_tokens(self.model, x)
+        via = self.start[1] if self.start is not None else None
+        a, state = _activation(self.model, self.hook, x, via)
         if self.layout is None: self._set_layout(a)
         elif a.shape[1:] != self.act_shape:
             raise ValueError(f"the activation at {self.hook!r} has shape {tuple(a.shape[1:])} per sample in "
                              f"one batch and {tuple(self.act_shape)} in an earlier one")
-        return a
+        if self.start is not None and via is None: state = a
+        return a, state
 
-    def first_pass(self) -> tuple[int, Tensor | None]:
-        "Pass 1, forward only: (N, Σ h) over every sample, activations cached when inputs was a Tensor."
+    def first_pass(self, progress: bool = True) -> tuple[int, Tensor | None]:
+        "Pass 1, forward to the hook only: (N, Σ h) over every sample, activations cached for a list of batches."
         n, total = 0, None
-        for i, x in enumerate(self.src):
-            a = self._record(x)
-            if i == 0:                                               # rows of a batch must not interact
-                _probe(lambda xx: self.readout(self.model(xx), xx), x, "readout")
-            if self.cache is not None: self.cache.append(a)
+        for x in tqdm(self.src, total=len(self.src) if hasattr(self.src, "__len__") else None,
+                      desc="ACE.fit_hook: mean", unit="batch", disable=not progress):
+            a, state = self._record(x)
+            if self.cache is not None: self.cache.append((a, state))
             rows = as_acts(torch.cat([self._flat(a, t) for t in self.positions]), self.hook, float64=False)
             s = rows.double().sum(0).cpu()
             total, n = s if total is None else total + s, n + rows.shape[0]
         return n, total
 
-    def batches(self, joint: bool):
-        "Pass 2: `(h [n, D], downstream)` pairs for `ACE._accumulate`."
+    def batches(self, joint: bool, method: str):
+        "Pass 2: `(h [n, D], downstream)` pairs for `ACE._accumulate`, all positions of a batch in one pair."
         acts = self.cache if self.cache is not None else (self._record(x) for x in self.src)
-        for x, a in zip(self.src, acts):
-            if joint: yield self._rows(a), self.downstream_joint(x)
-            else:
-                for t in self.positions: yield self._flat(a, t), self.downstream(x, t)
+        for x, (a, state) in zip(self.src, acts):
+            if joint: yield self._rows(a), self.downstream_joint(x, state)
+            elif self.diagonal is not None: yield self._rows(a), self.downstream_joint(x, state, diagonal=True)
+            elif len(self.positions) == 1 or method != "jvp":
+                for t in self.positions: yield self._flat(a, t), self.downstream(x, state, a, t)
+            else: yield self._rows(a), self.downstream_all(x, state, a)
 
-    def downstream(self, x: Tensor, t: int) -> Callable[[Tensor], Tensor]:
+    def _forward(self, x: Tensor, state: Tensor | None, sub: Callable[[Tensor], Tensor], diagonal: bool = False):
+        "The model's output on `x` with the activation at the hook replaced by `sub(act)`, from the hook on."
+        if self.start is None:
+            with replace_activation(self.model, self.hook, sub):
+                return self.model(x)
+        layer, via = self.start
+        with contextlib.ExitStack() as es:
+            if via is not None: es.enter_context(replace_activation(self.model, self.hook, sub))
+            if diagonal: es.enter_context(_diagonal_attention(self.model, self.diagonal))
+            return self.model(sub(state) if via is None else state, start_at_layer=layer)
+
+    def _probe_rows(self, x: Tensor, state: Tensor | None, out):
+        """Once, on the first batch: the readout (and, for a model other than a HookedTransformer, the
+        rest of its forward pass) must not mix the batch's rows: compare with the batch's two halves."""
+        if self.probed: return
+        self.probed = True
+        n = x.shape[0]
+        if n < 2 or not isinstance(out, Tensor) or out.shape[:1] != (n,): return
+        m, cut = n // 2, (slice(0, n // 2), slice(n // 2, n))
+        with torch.no_grad():
+            y = self._out(x, out)
+            if self.start is not None:                     # a HookedTransformer's rows never interact
+                parts = [self._out(x[s], out[s]) for s in cut]
+            else:
+                parts = [self._out(x[s], self._forward(x[s], None if state is None else state[s],
+                                                       lambda act: act)) for s in cut]
+        if isinstance(y, Tensor) and y.is_floating_point() and y.ndim >= 1 and y.shape[0] == n:
+            _check_rows(y, torch.cat(parts), "readout")
+
+    def downstream(self, x: Tensor, state, a: Tensor, t: int) -> "_Downstream":
         "h [b, D] at position t ↦ the readout at t, through the rest of the forward pass."
         has_pos, T, feat, D = self.layout
-        mask = torch.zeros(T, dtype=torch.bool, device=x.device if has_pos else None)
-        mask[t] = True
         ax = self.pos_axis
-        mask = mask.view(*[T if i == ax else 1 for i in range(len(feat) + 2)])
-        def f(h):                                                             # h: [b, D]
+        mask = None
+        if has_pos:
+            mask = torch.zeros(T, dtype=torch.bool, device=a.device)
+            mask[t] = True
+            mask = mask.view(*[T if i == ax else 1 for i in range(len(feat) + 2)])
+        def run(h):                                                           # h: [b, D]
             hh = h.reshape(h.shape[0], *feat)
-            sub = (lambda act: torch.where(mask.to(act.device), hh.unsqueeze(ax).to(act.dtype), act)) \
+            sub = (lambda act: torch.where(mask, hh.unsqueeze(ax).to(act.dtype), act)) \
                 if has_pos else (lambda act: hh.to(act.dtype))
-            with replace_activation(self.model, self.hook, sub):
-                out = self.model(x)
+            out = self._forward(x, state, sub)
             y = self._out(x, out)
             if isinstance(y, Tensor) and y.ndim == 3:
                 y = y[:, t]                                                   # this sample's own position
-            return y
-        return f
+            return y, out
+        return _Downstream(self, x, state, run)
 
-    def downstream_joint(self, x: Tensor) -> Callable[[Tensor], Tensor]:
-        "h [b·T, D], every position at once ↦ the per-position readouts [b·T, O]."
+    def downstream_joint(self, x: Tensor, state, diagonal: bool = False) -> "_Downstream":
+        """h [b·T, D], every position at once ↦ the per-position readouts [b·T, O]; `diagonal`: with each
+        position's tangent kept apart through attention (`_diagonal_attention`)."""
         has_pos, T, feat, D = self.layout
-        def f(h):                                                             # h: [b*T, D]
+        def run(h):                                                           # h: [b*T, D]
             hh = h.reshape(x.shape[0], T, *feat).movedim(1, self.pos_axis)
-            with replace_activation(self.model, self.hook, lambda act: hh.to(act.dtype)):
-                out = self.model(x)
+            out = self._forward(x, state, lambda act: hh.to(act.dtype), diagonal)
             y = self._out(x, out)
             if not (isinstance(y, Tensor) and y.ndim == 3):
-                raise ValueError("joint=True needs a per-position readout [b, pos, O]")
-            return y.reshape(-1, y.shape[-1])                                 # [b*T, O]
-        return f
+                raise _NotPerPosition("joint=True needs a per-position readout [b, pos, O]; this one returned "
+                                      f"{tuple(y.shape) if isinstance(y, Tensor) else type(y).__name__}")
+            return y.reshape(-1, y.shape[-1]), out                            # [b*T, O]
+        return _Downstream(self, x, state, run)
 
-    def joint_error(self, ace: ACE, mean: Tensor) -> float:
-        "Relative gap between one joint JVP and the per-position JVPs, on the first four sequences."
+    def downstream_all(self, x: Tensor, state, a: Tensor) -> "_Downstream":
+        """Every position of a batch at once, each with its own tangent: h [b·T, D] ↦ [b·T, O], row (b, t)
+        the readout at t with only position t perturbed. Its `jvp` pushes the T one-position tangents
+        through one pass (`vmap` over positions, the primal computed once), in chunks that bound memory."""
         has_pos, T, feat, D = self.layout
+        ax, b = self.pos_axis, x.shape[0]
+        def run(h):                                                           # plain evaluation: the primal
+            hh = h.reshape(b, T, *feat).movedim(1, ax)
+            out = self._forward(x, state, lambda act: hh.to(act.dtype))
+            y = self._out(x, out)
+            if isinstance(y, Tensor) and y.ndim == 3: y = y.reshape(b * T, -1)
+            elif isinstance(y, Tensor): y = y.repeat_interleave(T, 0)         # one output row per sequence
+            return y, out
+        return _Downstream(self, x, state, run, all_positions=(a, T, ax, feat))
+
+    def _check_batch(self, mean: Tensor):
+        "The first four sequences, their rows h [4·T, D] and centred rows, for the checks of the one-pass forms."
         x = next(iter(self.src))[:4]
-        a = _activation(self.model, self.hook, x)
-        b = x.shape[0]
+        a, state = self.cache[0] if self.cache else self._record(x)
+        a, state = a[:4], None if state is None else state[:4]
         h = self._rows(a).to(_compute_dtype(a.dtype))
-        ht = h - mean.to(h.device, h.dtype)
+        return x, a, state, h, h - mean.to(h.device, h.dtype)
+
+    def _exact(self, x, a, state, h, ht) -> Tensor:
+        """The per-position JVPs [4, 4, O] of the check batch at four positions (first, last and two
+        between), one pass each; cached: both checks compare with them."""
+        if getattr(self, "_exact_v", None) is None:
+            T = self.layout[1]
+            self._check_at = sorted({0, T // 3, (2 * T) // 3, T - 1})
+            with torch.no_grad():
+                self._exact_v = self.downstream_all(x, state, a)._jvp_positions(h, ht, self._check_at)[1]
+        return self._exact_v
+
+    def one_pass_error(self, ace: "ACE", mean: Tensor, diagonal: bool) -> float:
+        "Relative gap between one JVP over all positions (joint, or `diagonal`) and the per-position JVPs."
+        x, a, state, h, ht = self._check_batch(mean)
+        centre = lambda v: v - v.mean(-1, keepdim=True) if ace.center_outputs and v.shape[-1] > 1 else v
         with torch.no_grad():
-            fj = _task(self.downstream_joint(x), b * T, D, None, ace.center_outputs)
-            vj = _call("jvp", tuple(h.shape), jvp, fj, (h,), (ht,))[1].reshape(b, T, -1)
-            ve = torch.stack([_call("jvp", (b, D), jvp, _task(self.downstream(x, t), b, D, None,
-                                                              ace.center_outputs),
-                                    (h.reshape(b, T, D)[:, t],), (ht.reshape(b, T, D)[:, t],))[1]
-                              for t in range(T)], 1)                          # [b, T, O]
+            fj = self.downstream_joint(x, state, diagonal)
+            vj = _call("jvp", tuple(h.shape), lambda: jvp(lambda z: fj.run(z)[0], (h,), (ht,)))[1]
+        ve = self._exact(x, a, state, h, ht)                                  # [4, 4, O]
+        vj, ve = centre(vj.reshape(x.shape[0], self.layout[1], -1)[:, self._check_at]), centre(ve)
         return float((vj - ve).norm() / ve.norm().clamp_min(1e-30))
 
-    def use_joint(self, ace: ACE, mean: Tensor, joint: bool | None) -> bool:
-        "joint=None: the joint pass where it is exact (to round-off); True: required, else ValueError."
+    def joint_error(self, ace: "ACE", mean: Tensor) -> float:
+        "Relative gap between one joint JVP and the per-position JVPs, on the first four sequences."
+        return self.one_pass_error(ace, mean, False)
+
+    def use_diagonal(self, ace: "ACE", mean: Tensor) -> bool:
+        """pos=None, per position: all positions in one pass with `_diagonal_attention` where the model
+        allows it and the check on the first four sequences finds it exact to round-off."""
+        first = _diagonal_from(self.model, self.hook, self.start)
+        has_pos, T = self.layout[:2]
+        if first is None or ace.method != "jvp" or self.pos is not None or not has_pos or T < 2: return False
+        self.diagonal = first
+        try:
+            ok = self.one_pass_error(ace, mean, True) <= 1000 * torch.finfo(self.dtype).eps
+        except _NotPerPosition:
+            ok = False                                     # a [b, O] readout mixes positions: vmap over them
+        if not ok: self.diagonal = None
+        return ok
+
+    def use_joint(self, ace: "ACE", mean: Tensor, joint: bool | None) -> bool:
+        """joint=None: the joint pass where it is exact (to round-off) and the readout is per position,
+        else per position; True: required, else ValueError; False: per position."""
         has_pos = self.layout[0]
         if joint is None:
-            return self.pos is None and has_pos and self.layout[1] > 1 and \
-                self.joint_error(ace, mean) <= 1000 * torch.finfo(self.dtype).eps
+            if not (self.pos is None and has_pos and self.layout[1] > 1): return False
+            first = _diagonal_from(self.model, self.hook, self.start)
+            if ace.method == "jvp" and first is not None and first < self.model.cfg.n_layers:
+                return False       # attention follows: the diagonal form is checked instead (joint exact ⇒ it is)
+            try:
+                return self.joint_error(ace, mean) <= 1000 * torch.finfo(self.dtype).eps
+            except _NotPerPosition:
+                return False                               # a [b, O] readout: per position, as documented
         if not joint: return False
         if self.pos is not None or not has_pos:
             raise ValueError("joint=True is for pos=None on an activation with a position axis")
@@ -1101,24 +1393,64 @@ class _HookPlan:
         return True
 
 
-class _Stop(Exception):
-    "Raised by `_activation`'s hook: nothing after the hook needs computing."
+class _NotPerPosition(ValueError):
+    "The joint pass needs a per-position readout [b, pos, O]."
 
 
-def _activation(model: nn.Module, hook: str, inputs: Tensor) -> Tensor:
-    "The activation at `hook` on `inputs`, without running the rest of the model."
-    store = {}
-    def grab(act):
-        store["act"] = act.detach()
-        raise _Stop
-    try:
-        with torch.no_grad(), replace_activation(model, hook, grab):
-            model(inputs)
-    except _Stop:
-        pass
-    if "act" not in store:
-        raise ValueError(f"the forward pass of {type(model).__name__} never reached {hook!r}")
-    return store["act"]
+class _Downstream:
+    """One batch's map h ↦ readout through the rest of the forward pass (`__call__`, for `_probe` and the
+    gramian's VJPs), and `jvp(h, t)` → (value, J t) in one pass, which `ACE._accumulate` prefers."""
+    def __init__(self, plan: _HookPlan, x, state, run, all_positions=None):
+        self.plan, self.x, self.state, self.run, self.all = plan, x, state, run, all_positions
+
+    def __call__(self, h: Tensor) -> Tensor:
+        return self.run(h)[0]
+
+    def jvp(self, h: Tensor, t: Tensor) -> tuple[Tensor, Tensor]:
+        if self.all is None:
+            y, v, out = _call("jvp", tuple(h.shape), lambda: jvp(self.run, (h,), (t,), has_aux=True))
+        else:
+            y, v, out = self._jvp_positions(h, t)
+        self.plan._probe_rows(self.x, self.state, out)
+        return y, v
+
+    def _jvp_positions(self, h: Tensor, t: Tensor, only: list[int] | None = None):
+        """(y [b·T, O], v [b·T, O], model output): position t's tangent alone for row (b, t), T at once;
+        with `only`, v [b, len(only), O] for those positions alone."""
+        a, T, ax, feat = self.all
+        b = self.x.shape[0]
+        A = h.reshape(b, T, *feat)                                            # [b, T, *feat], compute dtype
+        tan = t.reshape(b, T, *feat)
+        plan, x, state = self.plan, self.x, self.state
+        def g(act):                                                           # act: [b, *act_shape]
+            out = plan._forward(x, state, lambda old: act.to(old.dtype))
+            y = plan._out(x, out)
+            return y, out
+        primal = A.movedim(1, ax)
+        per = b * math.prod(self.plan.act_shape) * 16                          # elements one position carries
+        K = max(1, min(T, (1 << 27) // max(per, 1)))
+        vs, y, out = [], None, None
+        eye = torch.eye(T, dtype=tan.dtype, device=tan.device)
+        todo = list(range(T)) if only is None else list(only)
+        for s in range(0, len(todo), K):
+            ts = todo[s:s + K]
+            sel = eye[ts].view(len(ts), 1, T, *([1] * len(feat)))
+            tans = (sel * tan.unsqueeze(0)).movedim(2, ax + 1)               # [K, b, *act_shape]
+            def one(tn):
+                return jvp(g, (primal,), (tn,), has_aux=True)
+            try:
+                yk, vk, ok = vmap(one, out_dims=(None, 0, None))(tans)
+            except Exception:           # a model vmap cannot batch (a data-dependent branch): one pass per position
+                outs = [_call("jvp", (b, math.prod(feat)), lambda tn=tn: one(tn)) for tn in tans]
+                yk, ok, vk = outs[0][0], outs[0][2], torch.stack([o[1] for o in outs])
+            y, out = yk, ok
+            if vk.ndim == 4: vk = vk[torch.arange(len(ts)), :, ts]              # [K, b, O] at each own position
+            vs.append(vk)
+        v = torch.cat(vs).transpose(0, 1)                                     # [b, T, O]
+        if only is not None: return y, v, out
+        if y.ndim == 3: y = y.reshape(b * T, -1)
+        else: y = y.repeat_interleave(T, 0)
+        return y, v.reshape(b * T, -1), out
 
 # %% ../nbs/10_ace.ipynb #49b8ff44
 _SUPPORTED_MODULES = (nn.Linear, nn.LayerNorm, nn.GELU, nn.Tanh, nn.ReLU, nn.Identity)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .ace import clone
+from .ace import _check_tokens, clone
 
 # %% auto #0
 __all__ = ['CalibrationData', 'collect_triples', 'mlp_map', 'check_update', 'fit_realisations']
@@ -112,25 +112,15 @@ def _tokens(model, tokens, what: str) -> torch.Tensor:
                                  f"padding would be collected as samples: pass texts of one token length, "
                                  f"or token ids")
         tokens = model.to_tokens(tokens)
-    if isinstance(tokens, torch.Tensor): t = tokens.detach().cpu()
+    if isinstance(tokens, torch.Tensor): t = tokens.detach()
     else:
         try: t = torch.as_tensor(np.asarray(tokens))
         except (TypeError, ValueError, RuntimeError):
             raise ValueError(f"{what}: tokens must be token ids [batch, pos] (an integer tensor) or text, "
                              f"got {type(tokens).__name__}") from None
-    if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
-        raise ValueError(f"{what}: tokens are {t.dtype}, not ids: pass an integer tensor [batch, pos] "
-                         f"(or text)")
     if t.ndim == 1: t = t[None]
-    if t.ndim != 2 or t.numel() == 0:
-        raise ValueError(f"{what}: tokens must be an integer tensor [batch, pos], got shape {tuple(t.shape)}")
-    V, n_ctx = model.cfg.d_vocab, getattr(model.cfg, "n_ctx", None)
-    lo, hi = int(t.min()), int(t.max())
-    if lo < 0 or hi >= V:
-        raise ValueError(f"{what}: token ids run from {lo} to {hi}, outside the vocabulary 0..{V - 1}")
-    if n_ctx is not None and t.shape[1] > n_ctx:
-        raise ValueError(f"{what}: sequences have {t.shape[1]} positions, more than the model's n_ctx={n_ctx}")
-    return t.long()
+    _check_tokens(model, t, what, also=" (or text)")                   # the library's one token check
+    return t.cpu().long()
 
 
 def collect_triples(model, tokens, layers=None, positions=None, batch_size: int = 64) -> CalibrationData:
