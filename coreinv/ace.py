@@ -585,9 +585,12 @@ class ACE(Estimator):
                 n = h.shape[0]
                 if n == 0: continue
                 h = h.to(_compute_dtype(h.dtype))                  # bfloat16/float16 → float32
-                own = getattr(fn, "jvp", None) if self.method == "jvp" else None   # fit_hook's one-pass JVP
+                ours = getattr(fn, "is_fit_hook_pass", False)      # fit_hook's `_Downstream`
+                own = fn.jvp if self.method == "jvp" and ours else None  # its one-pass JVP
                 if not st["probed"]:                               # in-place writes, mixed rows
-                    if own is None: _probe(fn, h[:64])             # (fit_hook's JVP probes its readout itself)
+                    if ours:                                       # fit_hook's readout, on this batch
+                        if own is None: fn.probe(h)                # (its JVP probes the readout itself)
+                    else: _probe(fn, h[:64])
                     st["probed"] = True
                 ht = h - st["centre"].to(h.device, h.dtype)     # [n, D] centred activations
                 hc = h.clone()                                     # the readout never sees the caller's tensor
@@ -1061,7 +1064,14 @@ def _start_at(model, hook: str) -> tuple[int, str | None] | None:
     return None
 
 
-_BEFORE_ATTN = ("hook_resid_pre", "ln1.hook_scale", "ln1.hook_normalized", "attn.hook_q", "attn.hook_k",
+def _exact_tol(dtype: torch.dtype) -> float:
+    """The relative error under which a one-pass form counts as exact: round-off of `dtype`, capped at 1e-2
+    (1000 ε is 7.8 in bfloat16, which would accept any error; there the checks fall back to per position)."""
+    return min(1000 * torch.finfo(dtype).eps, 1e-2)
+
+
+_BEFORE_ATTN = ("hook_resid_pre", "hook_attn_in", "hook_q_input", "hook_k_input", "hook_v_input",
+                "ln1.hook_scale", "ln1.hook_normalized", "attn.hook_q", "attn.hook_k",
                 "attn.hook_v", "attn.hook_rot_q", "attn.hook_rot_k")
 
 
@@ -1364,7 +1374,7 @@ class _HookPlan:
         if first is None or ace.method != "jvp" or self.pos is not None or not has_pos or T < 2: return False
         self.diagonal = first
         try:
-            ok = self.one_pass_error(ace, mean, True) <= 1000 * torch.finfo(self.dtype).eps
+            ok = self.one_pass_error(ace, mean, True) <= _exact_tol(self.dtype)
         except _NotPerPosition:
             ok = False                                     # a [b, O] readout mixes positions: vmap over them
         if not ok: self.diagonal = None
@@ -1380,7 +1390,7 @@ class _HookPlan:
             if ace.method == "jvp" and first is not None and first < self.model.cfg.n_layers:
                 return False       # attention follows: the diagonal form is checked instead (joint exact ⇒ it is)
             try:
-                return self.joint_error(ace, mean) <= 1000 * torch.finfo(self.dtype).eps
+                return self.joint_error(ace, mean) <= _exact_tol(self.dtype)
             except _NotPerPosition:
                 return False                               # a [b, O] readout: per position, as documented
         if not joint: return False
@@ -1400,11 +1410,19 @@ class _NotPerPosition(ValueError):
 class _Downstream:
     """One batch's map h ↦ readout through the rest of the forward pass (`__call__`, for `_probe` and the
     gramian's VJPs), and `jvp(h, t)` → (value, J t) in one pass, which `ACE._accumulate` prefers."""
+    is_fit_hook_pass = True                                # what `ACE._accumulate` recognises
+
     def __init__(self, plan: _HookPlan, x, state, run, all_positions=None):
         self.plan, self.x, self.state, self.run, self.all = plan, x, state, run, all_positions
 
     def __call__(self, h: Tensor) -> Tensor:
         return self.run(h)[0]
+
+    def probe(self, h: Tensor) -> None:
+        "Check once that the readout does not mix the batch's rows (the gramian's pass; `jvp` checks in its own)."
+        with torch.no_grad():
+            out = self.run(h.clone())[1]
+        self.plan._probe_rows(self.x, self.state, out)
 
     def jvp(self, h: Tensor, t: Tensor) -> tuple[Tensor, Tensor]:
         if self.all is None:

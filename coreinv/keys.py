@@ -148,6 +148,9 @@ def imported_modules(source: str, module: str | None = None) -> set[str]:
         if id(node) in skipped: continue
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names if a.name.split(".")[0] == PACKAGE}
+            if any(a.name == PACKAGE for a in node.names):              # `coreinv.X` may reach any lazy export
+                where = getattr(importlib.import_module(PACKAGE), "_WHERE", {})
+                out |= {f"{PACKAGE}.{m}" for m in where.values()}
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
@@ -220,17 +223,45 @@ def code_key(modules: Iterable[str], skip: Callable[[str, ast.stmt], bool] | Non
 
 # %% ../nbs/03_keys.ipynb #72b388c2
 def _top_level(fn: Any) -> Any:
-    "A nested function or lambda's outermost enclosing function (whose source holds it), else `fn`."
+    """What holds `fn`'s source in its module: a method's class, a nested function or lambda's enclosing
+    top-level function, else `fn` (a method's `self.helper()` calls are then hashed with its class)."""
+    fn = getattr(fn, "__func__", fn)                                  # a bound method or classmethod
     qual = getattr(fn, "__qualname__", "")
-    if "<locals>" not in qual: return fn
-    obj = sys.modules.get(fn.__module__)
-    for part in qual.split(".<locals>")[0].split("."):
-        obj = getattr(obj, part, None)
-    return obj if obj is not None else fn
+    if "." not in qual: return fn
+    top = getattr(sys.modules.get(fn.__module__), qual.split(".")[0], None)
+    return top if top is not None else fn
+
+
+def _code_digest(code) -> str:
+    "A function's bytecode, names and constants, nested code objects by their own digest (no addresses)."
+    consts = [_code_digest(c) if inspect.iscode(c) else repr(c) for c in code.co_consts]
+    return digest(code.co_code, code.co_names, consts)
+
+
+def _plain(x: Any, todo: list) -> str | None:
+    """A stable text for a data value that code reads (numbers, strings, and dicts, lists, tuples and sets of
+    them); functions and classes in it by name (and queued in `todo` to hash their code); None otherwise."""
+    if x is None or isinstance(x, (bool, int, float, complex, str, bytes)):
+        return repr(x)
+    if inspect.isfunction(x) or inspect.isclass(x) or inspect.ismethod(x):
+        todo.append(x)
+        return f"<{getattr(x, '__module__', '?')}.{getattr(x, '__qualname__', '?')}>"
+    if isinstance(x, (list, tuple)):
+        items = [_plain(v, todo) for v in x]
+        return None if None in items else f"{type(x).__name__}[{', '.join(items)}]"
+    if isinstance(x, (set, frozenset)):
+        items = [_plain(v, todo) for v in x]
+        return None if None in items else f"set{{{', '.join(sorted(items))}}}"
+    if isinstance(x, dict):
+        items = [(_plain(k, todo), _plain(v, todo)) for k, v in x.items()]
+        if any(k is None or v is None for k, v in items): return None
+        return "{" + ", ".join(f"{k}: {v}" for k, v in sorted(items)) + "}"
+    return None
 
 
 def _ours(obj: Any) -> bool:
     "Is `obj` a function, class or module whose code a key must hash: `coreinv`'s, or the user's (not an installed package's)?"
+    obj = getattr(obj, "__func__", obj)                                # a bound method or classmethod
     if not (inspect.isfunction(obj) or inspect.isclass(obj) or inspect.ismodule(obj)): return False
     top = (getattr(obj, "__name__" if inspect.ismodule(obj) else "__module__", "") or "").split(".")[0]
     if top == PACKAGE: return True
@@ -263,6 +294,7 @@ def function_key(*fns: Callable) -> str:
     todo = [getattr(f, "func", f) for f in fns]                       # functools.partial → its function
     while todo:
         fn = todo.pop()
+        fn = getattr(fn, "__func__", fn)                             # a bound method or classmethod
         name = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
         if not _ours(fn):
             seen[name] = ""; continue
@@ -272,7 +304,7 @@ def function_key(*fns: Callable) -> str:
         try: source = textwrap.dedent(inspect.getsource(fn))
         except OSError:                                  # no source (exec'd, or a class made at run time)
             code = getattr(fn, "__code__", None)
-            seen[name] = digest(code.co_code, repr(code.co_consts), code.co_names) if code else ""; continue
+            seen[name] = _code_digest(code) if code else ""; continue
         seen[name] = syntax_hash(source)
         mod = sys.modules[fn.__module__]
         names = set()
@@ -289,7 +321,7 @@ def function_key(*fns: Callable) -> str:
             obj = getattr(owner, attr, None)
             if _ours(obj) and not inspect.ismodule(obj):
                 todo.append(obj)
-            elif _ours(owner) and attr in vars(owner) and \
-                    isinstance(obj, (int, float, str, bytes, bool, tuple, type(None))):
-                seen[f"{owner.__name__}.{attr}"] = repr(obj)               # a module constant the code reads
+            elif _ours(owner) and attr in vars(owner) and not inspect.ismodule(obj):
+                text = _plain(obj, todo)                                  # a module constant the code reads
+                if text is not None: seen[f"{owner.__name__}.{attr}"] = text
     return digest(sorted(seen.items()))

@@ -174,7 +174,8 @@ def checkpoint_key(model: torch.nn.Module, batch_fn: Callable[[torch.Generator],
     config : dict, optional
         Anything else the caller knows affects the weights (e.g. a data configuration).
     code : sequence of callable, optional
-        The functions the run calls (`loss_fn`, `callback`; None entries are ignored). Their code and
+        The functions the run calls (`loss_fn`, `callback`, and `eval_fn`, whose rows the checkpoint's
+        log holds; None entries are ignored). Their code and
         `train`'s, with the code they call, enters the key through `coreinv.keys.function_key`: an edit
         of other code, or of any docstring, keeps the checkpoint. (`batch_fn` enters by its first batch.)
 
@@ -269,7 +270,7 @@ def train(model: torch.nn.Module, batch_fn: Callable[[torch.Generator], Any],
     path = key = None
     with torch.random.fork_rng(devices=[]), _cpu_threads(model, threads):
         if checkpoint_dir is not None:        # before seeding, so drawing the key's batch leaves the run alone
-            key = checkpoint_key(model, batch_fn, hparams, config, code=(loss_fn, callback))
+            key = checkpoint_key(model, batch_fn, hparams, config, code=(loss_fn, callback, eval_fn))
             path = Path(checkpoint_dir) / key / CHECKPOINT_NAME
         torch.manual_seed(seed)
         if path is not None and path.exists():

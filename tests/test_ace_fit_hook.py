@@ -210,3 +210,39 @@ def test_diagonal_form_on_rotary_grouped_query_attention(tmp_path, monkeypatch):
     assert used == [True] and a.rank_ == len(S)
     assert float((a.singular_values_ - S).abs().max()) <= 1e-10 * float(S[0])
     assert float((a.basis_ @ a.basis_.T - U @ U.T).abs().max()) <= 1e-10
+
+
+# -- from the review of the one-pass forms ------------------------------------------------------------------
+mixes_rows = lambda logits: logits[:, -1].log_softmax(0)[:, :5]          # normalised over the batch: rows interact
+
+
+@pytest.mark.parametrize("method", ["jvp", "gramian"])
+def test_a_readout_that_mixes_rows_is_refused_by_both_methods(model, method):
+    with pytest.raises(ValueError, match="rows|batch"):
+        ACE(method=method, batch_size=10, float64=True).fit_hook(model, TOKENS, "blocks.1.hook_resid_post",
+                                                                 mixes_rows, progress=False)
+
+
+def test_the_exactness_check_has_a_tolerance_that_can_fail_in_half_precision():
+    tol = coreinv.ace._exact_tol
+    assert tol(torch.float64) == 1000 * torch.finfo(torch.float64).eps
+    assert tol(torch.bfloat16) == tol(torch.float16) == 1e-2          # 1000 ε would be 7.8 and 0.98
+
+
+def test_pos_none_at_the_attention_input_hooks_matches_the_whole_model(monkeypatch):
+    "hook_attn_in sits before its block's attention: the diagonal form starts there, and is found exact."
+    used = []
+    orig = coreinv.ace._HookPlan.use_diagonal
+    monkeypatch.setattr(coreinv.ace._HookPlan, "use_diagonal", lambda self, *a: used.append(orig(self, *a)) or used[-1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from transformer_lens import HookedTransformer, HookedTransformerConfig
+        cfg = HookedTransformerConfig(n_layers=2, d_model=16, n_ctx=6, d_head=4, n_heads=4, d_mlp=32, d_vocab=11,
+                                      act_fn="gelu", seed=0, dtype=F64, use_attn_in=True)
+        m = HookedTransformer(cfg).eval()
+    for hook in ("blocks.0.hook_attn_in", "blocks.1.hook_attn_in"):
+        ace = ACE(batch_size=5, float64=True).fit_hook(m, TOKENS, hook, per_pos, pos=None, progress=False)
+        s, B = whole_model_jvp(m, TOKENS, hook, per_pos, None)
+        k = min(4, len(s))
+        np.testing.assert_allclose(ace.singular_values_[:k].numpy(), s[:k], rtol=1e-8, atol=1e-12)
+    assert used == [True, True], "the one-pass form was exact at both hooks"

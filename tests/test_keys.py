@@ -74,6 +74,9 @@ def test_docstring_and_comment_edits_change_no_key(tmp_path, base):
     ("presets.py", "thr_delay=3.0", "thr_delay=3.5", {"grokking"}),
     # the Koopman code: only the chapter that imports it
     ("koopman.py", "def spectral_distance(", "_EDITED = 2\n\n\ndef spectral_distance(", {"sae_gap"}),
+    # a table of the agreement language (a dict): the trained LMs and the chapters that use them
+    ("tasks/agreement.py", '_PLURAL_OVERRIDES = {"thief": "thieves"}', '_PLURAL_OVERRIDES = {"thief": "thiefs"}',
+     {"agreement", "sae_gap", "lm"}),
     # the training loop: every chapter that trains, every run and model, the package
     ("train.py", 'CHECKPOINT_NAME = "checkpoint.pt"', 'CHECKPOINT_NAME = "ckpt.pt"',
      {"markov", "grokking", "agreement", "sae_gap", "markov run", "grokking run", "lm"}),
@@ -83,3 +86,23 @@ def test_a_changed_constant_changes_the_keys_that_use_it_and_no_others(tmp_path,
     _edit(root, rel, old, new)
     after = _keys(root)
     assert {k for k in base if after[k] != base[k]} == changed | {"package"}
+
+
+def test_methods_and_data_tables_are_keyed_with_the_code_they_reach(tmp_path, monkeypatch):
+    import importlib
+    from coreinv.keys import function_key
+    monkeypatch.syspath_prepend(str(tmp_path))
+    src = tmp_path / "keyprobe.py"
+    text = ('TABLE = {"a": [1, 2]}\n\n\nclass Loss:\n    def __call__(self, x):\n        return self.helper(x)\n\n'
+            '    def helper(self, x):\n        "Add the table."\n        return x + TABLE["a"][0]\n\n\n'
+            'def loss(x):\n    return Loss()(x)\n')
+    src.write_text(text)
+    import keyprobe
+    keys = lambda m: (function_key(m.Loss().__call__), function_key(m.loss))
+    base = keys(keyprobe)
+    for edit, same in ((text.replace('"Add the table."', '"Add the first entry of the table."'), True),
+                       (text.replace("x + TABLE", "x - TABLE"), False),       # the helper a bound method calls
+                       (text.replace('[1, 2]', '[3, 2]'), False)):             # a dict of lists the code reads
+        src.write_text(edit)
+        after = keys(importlib.reload(keyprobe))
+        assert (after == base) == same, (edit, base, after)
