@@ -148,9 +148,15 @@ def imported_modules(source: str, module: str | None = None) -> set[str]:
         if id(node) in skipped: continue
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names if a.name.split(".")[0] == PACKAGE}
-            if any(a.name == PACKAGE for a in node.names):              # `coreinv.X` may reach any lazy export
+            for a in node.names:                                           # `import coreinv as c`, then c.X:
+                if a.name != PACKAGE: continue                               # X's module, or its lazy export's
                 where = getattr(importlib.import_module(PACKAGE), "_WHERE", {})
-                out |= {f"{PACKAGE}.{m}" for m in where.values()}
+                for n in ast.walk(tree):
+                    if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and \
+                            n.value.id == (a.asname or a.name):
+                        sub = f"{PACKAGE}.{n.attr}"
+                        if _module_path(sub) is not None: out.add(sub)
+                        elif n.attr in where: out.add(f"{PACKAGE}.{where[n.attr]}")
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
@@ -259,6 +265,13 @@ def _plain(x: Any, todo: list) -> str | None:
     return None
 
 
+def _unwrap(obj: Any) -> Any:
+    "The function behind a bound method, a classmethod or a decorator that keeps `__wrapped__` (`lru_cache`, `wraps`)."
+    obj = getattr(obj, "__func__", obj)
+    try: return inspect.unwrap(obj) if callable(obj) else obj
+    except ValueError: return obj                                        # a cycle of __wrapped__
+
+
 def _ours(obj: Any) -> bool:
     "Is `obj` a function, class or module whose code a key must hash: `coreinv`'s, or the user's (not an installed package's)?"
     obj = getattr(obj, "__func__", obj)                                # a bound method or classmethod
@@ -293,8 +306,7 @@ def function_key(*fns: Callable) -> str:
     seen: dict[str, str] = {}
     todo = [getattr(f, "func", f) for f in fns]                       # functools.partial → its function
     while todo:
-        fn = todo.pop()
-        fn = getattr(fn, "__func__", fn)                             # a bound method or classmethod
+        fn = _unwrap(todo.pop())
         name = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
         if not _ours(fn):
             seen[name] = ""; continue
@@ -318,7 +330,7 @@ def function_key(*fns: Callable) -> str:
                 src = importlib.import_module("." * node.level + (node.module or ""), mod.__package__)
                 names |= {(src, a.name) for a in node.names}
         for owner, attr in sorted(names, key=lambda t: (t[0].__name__, t[1])):
-            obj = getattr(owner, attr, None)
+            obj = _unwrap(getattr(owner, attr, None))
             if _ours(obj) and not inspect.ismodule(obj):
                 todo.append(obj)
             elif _ours(owner) and attr in vars(owner) and not inspect.ismodule(obj):
