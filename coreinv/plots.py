@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .tasks.modular import column, log_columns, predict_tau
+from .tasks.grokking_scaling import predict_tau
+from .tasks.modular import column, log_columns, weight_decay_time
 
 # %% auto #0
-__all__ = ['plot_training', 'plot_core_dims', 'plot_eigs', 'plot_scaling', 'plot_inflation']
+__all__ = ['plot_training', 'plot_core_dims', 'plot_eigs', 'plot_scaling', 'plot_inflation', 'add_weight_decay_axis']
 
 # %% ../nbs/24_plots.ipynb #93940152
 def _mark_times(ax, times):
@@ -57,6 +58,17 @@ def _k_curve(rows: list, dims, which: str) -> np.ndarray:
     return column(rows, lambda r: dims(r).bounded(which)[0])
 
 
+def _plot_k(ax, st, rows: list, dims, which: str, style: str, label: str):
+    "One k curve, with a hollow upward triangle on each censored point (no k up to k_max qualified: k > k_max)."
+    k = _k_curve(rows, dims, which)
+    cens = column(rows, lambda r: dims(r).bounded(which)[1]) > 0
+    line, = ax.plot(st, k, style, ms=3, label=label)
+    if cens.any():
+        ax.plot(st[cens], k[cens], "^", ms=8, mfc="none", color=line.get_color(), ls="none",
+                label=f"{label}: censored (> k_max)")
+    return line
+
+
 def plot_core_dims(ax, rows: list, log, times: dict, layer: int):
     """ACE and PCA sufficient/necessary k and the ACE participation ratio of one layer, with the accuracies.
 
@@ -65,7 +77,8 @@ def plot_core_dims(ax, rows: list, log, times: dict, layer: int):
     ax : matplotlib Axes
         Drawn on (log-scale dimension); a twin right axis shows the accuracies faintly.
     rows : list of CoreSnapshot
-        `track_cores`'s result. A k of None (more than the largest k tried) is drawn as k_max + 1.
+        `track_cores`'s result. A k of None (more than the largest k tried) is drawn at k_max + 1 with a
+        hollow triangle (censored).
     log : TrainLog or list of dict
         The run's log, with columns `step`, `train_acc` and `test_acc`.
     times : dict
@@ -84,7 +97,7 @@ def plot_core_dims(ax, rows: list, log, times: dict, layer: int):
                                       ("pca", "k_sufficient", ":o", "PCA sufficient k"),
                                       ("pca", "k_necessary", ":s", "PCA necessary k")):
         dims = lambda r, kind=kind: getattr(r.cores[layer], f"{kind}_dims")
-        ax.plot(st, _k_curve(rows, dims, which), style, ms=3, label=label + " (None → k_max+1)")
+        _plot_k(ax, st, rows, dims, which, style, label)
     ax.plot(st, column(rows, lambda r: r.cores[layer].ace_pr), "-", color="k", lw=1, alpha=0.6,
             label="ACE participation ratio")
     ax.set_yscale("log"); ax.set_xlabel("step"); ax.set_ylabel("dimension")
@@ -174,7 +187,7 @@ def plot_inflation(ax, rows: list, times: dict, p: int, layer: int):
     ax : matplotlib Axes
         Drawn on.
     rows : list of CoreSnapshot
-        `track_cores`'s result. A k of None is drawn as k_max + 1.
+        `track_cores`'s result. A k of None is drawn at k_max + 1 with a hollow triangle (censored).
     times : dict
         `grokking_times`'s result: `tau_fit` and `tau_grok` (None: not marked).
     p : int
@@ -189,9 +202,37 @@ def plot_inflation(ax, rows: list, times: dict, p: int, layer: int):
     """
     st = column(rows, lambda r: r.step)
     for which, style, label in (("k_sufficient", "-o", "ACE sufficient k"), ("k_necessary", "-s", "ACE necessary k")):
-        ax.plot(st, _k_curve(rows, lambda r: r.cores[layer].ace_dims, which), style, ms=3, label=label)
+        _plot_k(ax, st, rows, lambda r: r.cores[layer].ace_dims, which, style, label)
     ax.plot(st, column(rows, lambda r: r.n_active), "-^", ms=3, color="C4", label="active Fourier frequencies")
+    if rows and rows[0].core_freqs is not None:
+        ax.plot(st, column(rows, lambda r: len(r.core_freqs[layer])), "-v", ms=3, color="C5",
+                label="frequencies in the core")
     ax.axhline(p // 2, color="C4", ls=":", lw=1, label="⌊p/2⌋")
     _mark_times(ax, times)
     ax.set_xlabel("step"); ax.set_ylabel("count"); ax.legend(fontsize=8)
     return ax
+
+
+def add_weight_decay_axis(ax, log, omega: float):
+    """A top x axis in weight-decay time ∫ lr·ω dt (`weight_decay_time`) over an axis whose x is the step.
+
+    Parameters
+    ----------
+    ax : matplotlib Axes
+        Its x axis is the training step.
+    log : TrainLog or list of dict
+        The run's log, with columns `step` and `lr`.
+    omega : float
+        The weight decay ω.
+
+    Returns
+    -------
+    matplotlib secondary Axes
+        The top axis.
+    """
+    c = log_columns(log)
+    st, wd = c["step"], weight_decay_time(c, omega)
+    sec = ax.secondary_xaxis("top", functions=(lambda x: np.interp(x, st, wd), lambda w: np.interp(w, wd, st)))
+    sec.set_xlabel("weight-decay time ∫ lr·ω dt", fontsize=8)
+    sec.tick_params(labelsize=7)
+    return sec

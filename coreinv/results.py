@@ -22,9 +22,9 @@ from .presets import PRESET_NAMES, preset_name, sizes
 from .runtime import device
 
 # %% auto #0
-__all__ = ['RESULTS_ENV', 'CHAPTERS', 'results_root', 'paper_values', 'Claim', 'check', 'assert_required', 'notebook_hash',
-           'chapter_notebook', 'provenance', 'write_results', 'load_results', 'scorecard_rows', 'results_for',
-           'chapter_summaries', 'stale_results']
+__all__ = ['RESULTS_ENV', 'CHAPTERS', 'results_root', 'paper_values', 'pilot_record', 'Claim', 'check', 'assert_required',
+           'notebook_hash', 'chapter_notebook', 'provenance', 'write_results', 'load_results', 'scorecard_rows',
+           'results_for', 'chapter_summaries', 'stale_results']
 
 # %% ../nbs/01_results.ipynb #0533ddd3
 RESULTS_ENV = "COREINV_RESULTS_DIR"
@@ -77,6 +77,43 @@ def paper_values(path: Path | None = None) -> dict[str, dict[str, Any]]:
         path = checkout / "results" / "paper_values.json"
     with open(path, encoding="utf-8") as f:
         return {k: v for k, v in json.load(f).items() if not k.startswith("_")}
+
+
+def pilot_record(name: str, path: Path | None = None) -> dict[str, Any]:
+    """The record of the pilot runs that chose a chapter's setup: `results/pilots/<name>.json` of the source checkout.
+
+    Pilots are run once, by a script in `tools/` (e.g. `tools/grokking_pilots.py`), with a rule written
+    down before they run; a chapter shows their record beside the setup it chose. They are not
+    re-run with the book: they are the reason for a setting, not a result.
+
+    Parameters
+    ----------
+    name : str
+        The record's name (e.g. "grokking").
+    path : Path, optional
+        The JSON file to read (default: the source checkout's `results/pilots/<name>.json`).
+
+    Returns
+    -------
+    dict
+        The record as the script wrote it.
+
+    Raises
+    ------
+    ValueError
+        If `path` is not given and `coreinv` is not running from its source checkout, or the file
+        does not exist.
+    """
+    if path is None:
+        checkout = _checkout()
+        if checkout is None:
+            raise ValueError(f"results/pilots/{name}.json not found: coreinv is not running from its source "
+                             "checkout; pass path= to the file")
+        path = checkout / "results" / "pilots" / f"{name}.json"
+    if not Path(path).is_file():
+        raise ValueError(f"no pilot record {path}: run the pilot script in tools/ that writes it")
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
 
 # %% ../nbs/01_results.ipynb #28f9adf1
 @dataclass(frozen=True)

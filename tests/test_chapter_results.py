@@ -42,7 +42,7 @@ RULES = {
     },
     "grokking": {
         "grokking.groks": lambda m, S: min(m["tau_grok"]) > 0 and min(m["delay_ratio"]) >= S["thr_delay"],
-        "grokking.stays_grokked": lambda m, S: (min(m["share_above"]) >= S["thr_stay"]
+        "grokking.stays_grokked": lambda m, S: (min(m["min_test_acc_after"]) >= S["thr_stay"]
                                                 and min(m["final_test_acc"]) >= S["thr_final"]),
         "grokking.crystallises": lambda m, S: min(m["at_is_stable"]) == 1 and all(
             a <= S["thr_crystal"] * b and n <= S["thr_nec_over_suff"] * a
@@ -55,7 +55,7 @@ RULES = {
             abs(m["tol_rad"] - S["thr_freq_tol"] * 2 * math.pi / S["p"]) < 1e-12
             and min(m["n_key_freqs"]) >= 1 and min(m["n_planes"]) >= 1
             and max(m["coverage_err_rad"] + m["rotation_err_rad"]) <= m["tol_rad"]),
-        "grokking.inflation": lambda m, S: all(
+        "grokking.inflation": lambda m, S: min(m["testable"]) == 1 and min(m["wd_after_over_wd_tau"]) >= S["thr_wd_window"] and all(
             ne >= S["thr_inflate"] * na and abs(se - sa) <= S["thr_suff_flat"] * sa
             for na, ne, sa, se in zip(m["nec_k_at"], m["nec_k_after"], m["suff_k_at"], m["suff_k_after"])),
         "grokking.alpha": lambda m, S: m["ci95"][0] <= 1 <= m["ci95"][1] and (m["ci95"][0] > 0 or m["ci95"][1] < 0),

@@ -42,7 +42,7 @@ def test_the_layers_cover_the_package():
 # grow. The reason is the same for each: not yet split into the per-chapter subpackages and the
 # base/hooks/_jvp method modules that issue 22 lays out.
 MAX_LINES = 600
-LONG = {"coreinv.ace": 1588, "coreinv.tasks.modular": 1250, "coreinv.tasks.agreement": 996,
+LONG = {"coreinv.ace": 1588, "coreinv.tasks.modular": 1177, "coreinv.tasks.agreement": 996,
         "coreinv.koopman": 936, "coreinv.sae": 662, "coreinv.tasks.axis": 635}
 
 

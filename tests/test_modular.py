@@ -10,9 +10,10 @@ import torch
 import coreinv.tasks.modular as mod
 from helpers import hash_in_fresh_process
 from coreinv.identify import operator_spectrum
-from coreinv.tasks.modular import (active_frequencies, answer_forward, code_frequencies, core_at, fit_scaling_law,
+from coreinv.tasks.grokking_scaling import fit_scaling_law, grokking_sweep, predict_tau
+from coreinv.tasks.modular import (active_frequencies, answer_forward, code_frequencies, core_at,
                                    frequency_power, log_columns, make_modular_model, modular_data, operator_k,
-                                   predict_tau, rotation_summary, shift_operator, stable_steps, stays_grokked,
+                                   rotation_summary, shift_operator, stable_steps, stays_grokked,
                                    track_cores, train_modular)
 
 TINY = dict(n_layers=1, d_model=16, n_heads=2, d_mlp=32)
@@ -98,7 +99,10 @@ def test_answer_forward_refuses_a_model_it_does_not_write_out():
 
 def test_stays_grokked_and_stable_steps():
     log = {"step": [0, 10, 20, 30, 40, 50], "test_acc": [0.0, 0.96, 0.97, 0.2, 0.98, 0.99]}
-    assert stays_grokked(log, 10) == {"share_above": 0.75, "min_test_acc": 0.2, "final_test_acc": 0.99}
+    assert stays_grokked(log, 10) == {"share_above": 0.75, "min_test_acc": 0.2, "final_test_acc": 0.99, "window": 0}
+    assert stays_grokked(log, 10, window=20)["min_test_acc"] == 0.98          # the dip at 30 is inside the window
+    with pytest.raises(ValueError, match="window"):
+        stays_grokked(log, 10, window=-1)
     assert stays_grokked(log, None)["share_above"] is None
     assert stable_steps(log, 10).tolist() == [False, False, False, False, False, True]
     assert stable_steps(log, 0).tolist() == [False, True, True, False, True, True]
@@ -224,7 +228,7 @@ def test_paper_preset_dry_run():
     Z = r.ace.transform(r.acts, 4)                                       # [p*p, 4]
     ev = operator_spectrum(shift_operator(Z, S.p))
     assert len(ev) == 4 and np.isfinite(rotation_summary(ev, S.p, [1, 2])["unit_dev"])
-    rows = mod.grokking_sweep(S.sweep_omegas[:1], S.sweep_ps[:1], S.sweep_seeds[:1], max_steps=1,
+    rows = grokking_sweep(S.sweep_omegas[:1], S.sweep_ps[:1], S.sweep_seeds[:1], max_steps=1,
                               train_frac=S.train_frac, lr=S.lr, log_every=1, progress=False,
                               model_kw=dict(n_layers=S.n_layers, d_model=S.sweep_d_model, n_heads=S.n_heads,
                                             d_mlp=S.sweep_d_mlp))

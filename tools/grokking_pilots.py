@@ -1,33 +1,82 @@
-"""The one-seed pilots behind the grokking chapter's optimiser (see the comment above `_grok_opt` in
-coreinv/presets.py): the `book` run of seed 0 under four changes meant to remove the loss spikes after
-τ_grok, judged on τ_grok and the accuracy trace only (no cores). About 30 min on two cores.
+"""The pilots behind the grokking chapter's optimiser (see the comment above `_grok_opt` in coreinv/presets.py).
 
-    python tools/grokking_pilots.py
+Each candidate is the `book` run (d_model 128, p = 59, 3000 steps, one-cycle lr) with ONE change, judged on
+τ_grok and the test-accuracy trace only (no cores are measured). The rule, written before any of these runs:
+
+* a candidate passes a seed when τ_grok ≤ 700 and no logged test accuracy after τ_grok + 50 is below 0.9;
+* it passes when it passes seeds 0, 1 and 2; seeds run in stages (seed 0 for every candidate, then seeds 1
+  and 2 for those still passing): a candidate is dropped at its first failing seed;
+* if several pass, the chapter takes the one with the lowest mean τ_grok (the most weight-decay time after
+  grokking inside the `book` budget); if none passes, the setup stays and the chapter says so.
+
+The candidates (issue 26): β₂ = 0.999; no LayerNorm with a float64 loss (Nanda et al.'s recipe); lr halved
+with ω doubled (lr·ω held).
+
+    python tools/grokking_pilots.py            # writes results/pilots/grokking.json (the chapter shows it)
 """
 import json
-import sys
+from pathlib import Path
 
 from coreinv.presets import sizes
 from coreinv.tasks.modular import grokking_run, grokking_times, log_columns
 from coreinv.train import map_processes
 
-CANDIDATES = {"gradient norm clipped at 1": dict(grad_clip=1.0), "peak lr 1.5e-3": dict(lr=1.5e-3),
-              "betas (0.9, 0.95)": dict(betas=(0.9, 0.95)), "betas (0.9, 0.9)": dict(betas=(0.9, 0.9))}
+CANDIDATES = {"betas (0.9, 0.999)": dict(betas=(0.9, 0.999)),
+              "no LayerNorm, float64 loss": dict(model_kw=dict(normalization_type=None), loss_dtype="float64"),
+              "lr 1.5e-3, ω = 2 (lr·ω held)": dict(lr=1.5e-3, weight_decay=2.0)}
+TAU_MAX, LEVEL, SEEDS = 700, 0.9, (0, 1, 2)
+RULE = (f"a candidate passes a seed when τ_grok ≤ {TAU_MAX} and no logged test accuracy after τ_grok + 50 is "
+        f"below {LEVEL}; it passes when it passes seeds {', '.join(map(str, SEEDS))} (seed 0 first, then seeds 1 "
+        "and 2 for the candidates still passing); of several passing, the lowest mean τ_grok is chosen")
+OUT = Path(__file__).resolve().parents[1] / "results" / "pilots" / "grokking.json"
+
+
+def make_record(out: dict, s) -> dict:
+    "The JSON record the chapter reads (`coreinv.results.pilot_record('grokking')`): rule, runs, traces, choice."
+    runs = {n: {str(sd): {k: v for k, v in r.items() if k != "log"}
+                | {"trace": {k: log_columns(r["log"])[k][::2].tolist() for k in ("step", "test_acc")}}
+                for sd, r in by_seed.items()} for n, by_seed in out.items()}
+    passing = [n for n, by_seed in runs.items()
+               if len(by_seed) == len(SEEDS) and all(r["passes"] for r in by_seed.values())]
+    chosen = min(passing, key=lambda n: sum(r["tau_grok"] for r in runs[n].values())) if passing else None
+    return {"rule": RULE, "base": f"the book run: p {s.p}, d_model {s.d_model}, {s.steps} steps, lr {s.lr} "
+                                  f"one-cycle, betas {tuple(s.betas)}, ω {s.weight_decay}, LayerNorm, float32 loss",
+            "candidates": {n: json.loads(json.dumps(c, default=str)) for n, c in CANDIDATES.items()},
+            "runs": runs, "chosen": chosen}
+
+
+def judge(run, s) -> dict:
+    cols = log_columns(run["log"])
+    tau = grokking_times(cols)["tau_grok"]
+    after = cols["test_acc"][cols["step"] > tau + s.stable_window] if tau is not None else []
+    low = float(min(after)) if len(after) else None
+    return dict(tau_grok=tau, lowest_after=low, steps_below=int((after < LEVEL).sum()) if len(after) else None,
+                passes=tau is not None and tau <= TAU_MAX and low is not None and low >= LEVEL)
+
 
 if __name__ == "__main__":
     s = sizes("grokking", "book")
-    base = dict(p=s.p, train_frac=s.train_frac, steps=s.steps, seed=0, lr=s.lr, betas=tuple(s.betas),
+    model_kw = dict(n_layers=s.n_layers, d_model=s.d_model, n_heads=s.n_heads, d_mlp=s.d_mlp)
+    base = dict(p=s.p, train_frac=s.train_frac, steps=s.steps, lr=s.lr, betas=tuple(s.betas),
                 weight_decay=s.weight_decay, schedule="onecycle", pct_start=s.pct_start, grad_clip=s.grad_clip,
-                log_every=s.log_every, snapshot_every=s.steps,
-                model_kw=dict(n_layers=s.n_layers, d_model=s.d_model, n_heads=s.n_heads, d_mlp=s.d_mlp))
-    runs = map_processes(grokking_run, [base | c for c in CANDIDATES.values()], desc="pilots")
-    out = {}
-    for name, run in zip(CANDIDATES, runs):
-        cols = log_columns(run["log"])
-        tau = grokking_times(cols)["tau_grok"]
-        after = cols["test_acc"][cols["step"] > tau + s.stable_window] if tau is not None else []
-        out[name] = dict(tau_grok=tau, lowest_after=float(min(after)) if len(after) else None,
-                         steps_below_0_9=int((after < 0.9).sum()) if len(after) else None,
-                         passes=tau is not None and tau <= s.steps / 5 and bool(len(after)) and min(after) >= 0.9)
-        print(f"{name:28s} {out[name]}")
-    json.dump(out, sys.stdout if len(sys.argv) < 2 else open(sys.argv[1], "w"), indent=1)
+                log_every=s.log_every, snapshot_every=s.steps)
+
+    def job(name, seed):
+        c = dict(CANDIDATES[name])
+        mk = model_kw | c.pop("model_kw", {})
+        return base | c | dict(seed=seed, model_kw=mk)
+
+    out = {name: {} for name in CANDIDATES}
+    alive = list(CANDIDATES)
+    for stage in ((0,), (1, 2)):
+        todo = [(n, sd) for n in alive for sd in stage]
+        if not todo: break
+        runs = map_processes(grokking_run, [job(n, sd) for n, sd in todo], len(todo), desc=f"pilots, seeds {stage}")
+        for (n, sd), run in zip(todo, runs):
+            out[n][sd] = judge(run, s) | dict(log=run["log"])
+            print(n, sd, {k: v for k, v in out[n][sd].items() if k != "log"}, flush=True)
+        alive = [n for n in alive if all(r["passes"] for r in out[n].values())]
+    record = make_record(out, s)
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    print("chosen:", record["chosen"], "->", OUT)
