@@ -44,6 +44,8 @@ def test_the_layers_cover_the_package():
 MAX_LINES = 600
 LONG = {"coreinv.ace": 1588, "coreinv.tasks.modular": 1250, "coreinv.tasks.agreement": 996,
         "coreinv.koopman": 936, "coreinv.sae": 662, "coreinv.tasks.axis": 635}
+# issue 24: ACE documents when centring its outputs is right and warns when it removes most of their variance
+LONG["coreinv.ace"] = 1613
 
 
 @pytest.mark.parametrize("module", MODULES)
