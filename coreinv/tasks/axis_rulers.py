@@ -15,13 +15,14 @@ from tqdm import tqdm
 
 from ..ablate import ablate
 from ..ace import ACE, Core
-from .agreement import CONSTRUCTIONS, MinimalPair, default_lexicon, label
+from .agreement import (CONSTRUCTIONS, CannotLabel, MinimalPair, VerbLabel, _Parser, _words,
+                                     default_lexicon, label)
 from .axis import AgreementModel, _generate, _signs, margins
 
 
 # %% auto #0
 __all__ = ['UNTRAINED', 'subject_index', 'subject_starts', 'retention', 'construction_groups', 'ablation_scores', 'necessary_k',
-           'flip_first_verb', 'spearman_vs_label']
+           'partial_labels', 'flip_first_verb', 'spearman_vs_label']
 
 # %% ../../nbs/28_agreement_rulers.ipynb #37e06c7b
 UNTRAINED = ("within_obj_rc",)
@@ -243,6 +244,31 @@ def necessary_k(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str, ace
 
 
 # %% ../../nbs/28_agreement_rulers.ipynb #ec13f9ab
+def partial_labels(words: str | Sequence[str]) -> tuple[VerbLabel, ...]:
+    """The agreeing verbs the grammar labels in `words` before its parse stops.
+
+    The parse stops at the end of the words, at '.', or at the first word it cannot parse; every
+    verb labelled before that point is returned with its subject (as `label` labels a whole sentence).
+    A generation cut short, or one that wanders off the grammar after its first verb, still gives
+    that verb and its subject.
+
+    Parameters
+    ----------
+    words : str or sequence of str
+
+    Returns
+    -------
+    tuple of VerbLabel
+    """
+    w = _words(words)
+    p = _Parser(default_lexicon(), w[:w.index(".") + 1] if "." in w else w, None)
+    try:
+        p.sentence()
+    except CannotLabel:
+        pass
+    return tuple(p.labels)
+
+
 def _verb_numbers(am: AgreementModel) -> dict:
     "token id → 'sg' / 'pl' of every verb form `am` has a token for."
     out = {}
@@ -258,10 +284,11 @@ def flip_first_verb(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str,
                     progress: bool = False) -> dict:
     """Generate after each prefix with `core` reflected from `starts` on, and score the first verb.
 
-    Every prefix ends where its subject's verb is due. The score reads the first generated word
-    that is a verb form of the lexicon (whatever follows it, complete or not, is not parsed) and
-    compares its number with the subject's; a generation without a verb form in `max_new` words
-    is counted apart (`no_verb`). The next-token probability mass on verb forms of the subject's
+    Every prefix ends where its subject's verb is due. The score parses the prompt and its
+    generation with the grammar as far as the parse goes (`partial_labels`) and reads the first verb
+    whose subject is the prompt's subject (a verb of a relative clause the model opens first has
+    another subject and is skipped); its number is compared with the subject's. A generation in
+    which the parse reaches no such verb within `max_new` words is counted apart (`no_verb`). The next-token probability mass on verb forms of the subject's
     opposite number, as a share of the mass on all verb forms, is measured at the first step.
     The reflection acts at every position from the pair's start on, prompt and generated tokens
     alike (None: at every position).
@@ -298,17 +325,19 @@ def flip_first_verb(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str,
         pv = pr[ids]
         wrong = torch.tensor([num[int(t)] != p.subject_number for t in ids])
         mass.append(float(pv[wrong].sum() / pv.sum()))
-        first = next((w for w in words[len(p.prefix):] if w in am.verb_ids and am.verb_ids[w] in num), None)
-        n = None if first is None else num[am.verb_ids[first]]
+        subj = subject_index(p)
+        first = next((v for v in partial_labels(words) if v.subject_index == subj and v.index >= len(p.prefix)),
+                     None)
+        n = None if first is None else first.verb_number
         rev.append(n is not None and n != p.subject_number)
         agr.append(n == p.subject_number)
         if len(ex) < 3: ex.append(" ".join(words))
     rev, agr = np.array(rev), np.array(agr)
-    return dict(reversed=float(rev.mean()), agreeing=float(agr.mean()), no_verb=float(1 - rev.mean() - agr.mean()),
+    return dict(reversed=float(rev.mean()), agreeing=float(agr.mean()), no_verb=float((~rev & ~agr).mean()),
                 mass_reversed=float(np.mean(mass)), n=len(pairs), examples=ex)
 
 
-# %% ../../nbs/28_agreement_rulers.ipynb #77bf23b9
+# %% ../../nbs/28_agreement_rulers.ipynb #b895579c
 def spearman_vs_label(z1: np.ndarray, z2: np.ndarray, numbers: np.ndarray, n_boot: int = 1000, n_null: int = 50,
                       seed: int = 0) -> dict:
     """Spearman ρ of two models' axis coordinates, against a code that knows only the subject's number.
