@@ -30,8 +30,29 @@ def _flip(core: Core, h: Tensor) -> Tensor:
     return h - 2 * ((h - m) @ U) @ U.T
 
 
+def _where(pos, B: int, T: int, device) -> Tensor:
+    "The positions `pos` picks (int, slice, starts [batch] or mask [batch, pos]) as a mask [B or 1, T, 1]."
+    if isinstance(pos, Tensor):
+        if pos.dtype == torch.bool:
+            if pos.ndim != 2 or pos.shape[0] not in (1, B) or pos.shape[1] != T:
+                raise ValueError(f"a pos mask must be [batch, pos] = [{B} (or 1), {T}], got {tuple(pos.shape)}")
+            return pos.to(device)[:, :, None]
+        if pos.ndim != 1 or pos.shape[0] not in (1, B) or pos.is_floating_point():
+            raise ValueError(f"pos start positions must be an integer tensor [batch={B}], got "
+                             f"{tuple(pos.shape)} {pos.dtype}")
+        return (torch.arange(T, device=device)[None, :] >= pos.to(device)[:, None])[:, :, None]
+    mask = torch.zeros(1, T, 1, dtype=torch.bool, device=device)
+    if isinstance(pos, slice):
+        mask[:, pos] = True
+        return mask
+    if not -T <= pos < T:
+        raise ValueError(f"pos={pos} is outside the {T} positions")
+    mask[:, pos] = True
+    return mask
+
+
 @contextmanager
-def ablate(model: nn.Module, hook: str, core: Core, mode: str = "keep", pos: int | None = None):
+def ablate(model: nn.Module, hook: str, core: Core, mode: str = "keep", pos: int | slice | Tensor | None = None):
     """Within the block, replace the activation at `hook` by `core.keep`, `core.remove` or the core's reflection (at `pos`, or everywhere).
 
     A context manager: `with ablate(model, hook, core, "remove"): logits = model(tokens)`.
@@ -48,8 +69,12 @@ def ablate(model: nn.Module, hook: str, core: Core, mode: str = "keep", pos: int
     mode : {"keep", "remove", "flip"}
         Keep: project onto the core (mean + U Uᵀ(h − mean)); remove: project it out; flip: reflect,
         mean + (I − 2 U Uᵀ)(h − mean), so each core coordinate changes sign and the rest is kept.
-    pos : int, optional
-        One position (the others are left alone); None: every position. At `hook_pattern` and
+    pos : int, slice, Tensor or None
+        Where to act (the other positions are left alone): None, every position; an int, one
+        position; a slice, those positions (`slice(3, None)`: from position 3 on); a LongTensor
+        [batch] of start positions, each example from its own start onward (e.g. from its subject
+        on, and every position a generation adds); a BoolTensor [batch, pos], exactly the marked
+        positions (batch 1 broadcasts). At `hook_pattern` and
         `hook_attn_scores` ([batch, head, query_pos, key_pos]) it is the *query* position, and each
         query position's [head, key_pos] pattern is one activation of D = n_heads·key_pos, as
         `ACE.fit_hook` flattens it: axes are chosen by the hook's name, never by their sizes.
@@ -62,7 +87,8 @@ def ablate(model: nn.Module, hook: str, core: Core, mode: str = "keep", pos: int
     ------
     ValueError
         On an unknown mode, a `core` that is not a Core, or (during the forward pass) an
-        activation whose D differs from the core's, a `pos` outside the positions, or attention
+        activation whose D differs from the core's, a `pos` outside the positions, a start or mask
+        tensor whose batch or length does not match the activation's, or attention
         scores that hold masked entries (-inf, or the dtype's most negative value).
     """
     if mode not in MODES:
@@ -92,12 +118,7 @@ def ablate(model: nn.Module, hook: str, core: Core, mode: str = "keep", pos: int
             raise ValueError(f"the activation at {hook!r} has D={flat.shape[-1]} but the core has d={core.d}")
         new = op(flat)
         if pos is not None:
-            T = flat.shape[1]
-            if not -T <= pos < T:
-                raise ValueError(f"pos={pos} is outside the {T} positions at {hook!r}")
-            mask = torch.zeros(1, T, 1, dtype=torch.bool, device=act.device)
-            mask[:, pos] = True
-            new = torch.where(mask, new, flat)
+            new = torch.where(_where(pos, *flat.shape[:2], act.device), new, flat)
         return new.reshape(act.shape)
 
     with replace_activation(model, hook, fn):

@@ -11,6 +11,7 @@ import difflib
 import inspect
 import math
 import operator
+import warnings
 import weakref
 from contextlib import contextmanager
 from typing import Callable, Iterable
@@ -393,6 +394,23 @@ def _probe(fn: Callable, x: Tensor, what: str = "outputs"):
     _check_rows(y, yh, what)
 
 
+def _warn_centring(fn: Callable, h: Tensor):
+    "Warn when centring across the outputs would remove most of their variance over the batch `h`."
+    try:
+        with torch.no_grad(): y = fn(h.clone())
+    except Exception:
+        return
+    if not isinstance(y, Tensor) or y.ndim != 2 or min(y.shape) < 2: return
+    dev = y.double() - y.double().mean(0)                               # [n, O]
+    total = float(dev.pow(2).sum())
+    share = float(dev.mean(1).pow(2).sum()) * y.shape[1] / total if total > 0 else 0.0
+    if share > 0.5:
+        warnings.warn(f"center_outputs=True removes {share:.0%} of the outputs' variance (their mean across "
+                      f"the {y.shape[1]} outputs): right for log-probabilities over a class set, wrong for "
+                      f"same-sign margins whose shared part is the signal; pass center_outputs=False there",
+                      RuntimeWarning, stacklevel=4)
+
+
 def _check_rows(y: Tensor, yh: Tensor, what: str):
     "`y` [n, ...] on a whole batch against `yh`, the same on its two halves: refuse outputs that mix rows."
     if yh.shape != y.shape: return
@@ -422,7 +440,12 @@ class ACE(Estimator):
     n_sketch : int or None
         With "gramian", a seeded Gaussian sketch of the O outputs down to `n_sketch`.
     center_outputs : bool
-        Centre the outputs across O (when O > 1).
+        Centre the outputs across O (when O > 1). Right when only differences between the outputs
+        matter: log-probabilities or logits over a class set, whose shared shift changes nothing.
+        Wrong when the outputs are a set of same-sign quantities whose shared part is the signal
+        (e.g. six singular-minus-plural verb margins: centring keeps only how the verbs differ and
+        removes subject number itself); pass False there. A readout given to `fit`/`partial_fit`
+        whose mean across O carries most (> 1/2) of its variance over samples gives a RuntimeWarning.
     rtol : float or None
         Singular values below `rtol` times the largest are round-off. Default: 100 ε of the compute
         dtype, 2.2e-14 for float64 activations and 1.2e-5 for float32, bfloat16 and float16 (the
@@ -590,7 +613,9 @@ class ACE(Estimator):
                 if not st["probed"]:                               # in-place writes, mixed rows
                     if ours:                                       # fit_hook's readout, on this batch
                         if own is None: fn.probe(h)                # (its JVP probes the readout itself)
-                    else: _probe(fn, h[:64])
+                    else:
+                        _probe(fn, h[:64])
+                        if self.center_outputs: _warn_centring(fn, h)
                     st["probed"] = True
                 ht = h - st["centre"].to(h.device, h.dtype)     # [n, D] centred activations
                 hc = h.clone()                                     # the readout never sees the caller's tensor

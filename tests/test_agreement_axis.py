@@ -136,17 +136,22 @@ def test_chapter_rules_fail_on_controls():
     from coreinv.presets import sizes
     R, S = RULES["agreement"], dict(sizes("agreement"))
     good = {"agreement.learned": dict(simple=dict(a=1.0), untrained=0.5),
-            "agreement.sufficient": dict(ace=dict(a=1.0), random=dict(a=0.5)),
-            "agreement.necessary": dict(ace=dict(a=0.5), random=dict(a=0.95)),
-            "agreement.flip": dict(ace=dict(a=1.0), random=dict(a=0.0)),
-            "agreement.spearman": dict(mean=0.9, max=0.95, shuffled_max_abs=0.05)}
+            "agreement.sufficient": dict(acc=dict(a=1.0), margin_lo=dict(a=0.8), random_acc=dict(a=0.5),
+                                         random_margin_lo=dict(a=0.0)),
+            "agreement.necessary": dict(k=dict(a=1), margin=dict(a=0.02), random_acc=dict(a=0.95),
+                                        random_margin=dict(a=0.9)),
+            "agreement.flip": dict(ace=dict(a=0.7), ceiling=dict(a=0.75), random=dict(a=0.0)),
+            "agreement.spearman": dict(mean=0.9, max=0.95, excess_mean=0.2, null_mean=0.7)}
     for cid, m in good.items():
         assert R[cid](m, S), cid
     bad = {"agreement.learned": dict(simple=dict(a=1.0), untrained=1.0),
-           "agreement.sufficient": dict(ace=dict(a=1.0), random=dict(a=1.0)),
-           "agreement.necessary": dict(ace=dict(a=0.5), random=dict(a=0.5)),
-           "agreement.flip": dict(ace=dict(a=1.0), random=dict(a=1.0)),
-           "agreement.spearman": dict(mean=0.9, max=0.95, shuffled_max_abs=0.9)}
+           "agreement.sufficient": dict(acc=dict(a=1.0), margin_lo=dict(a=0.8), random_acc=dict(a=1.0),
+                                        random_margin_lo=dict(a=0.9)),
+           "agreement.necessary": dict(k=dict(a=1), margin=dict(a=0.02), random_acc=dict(a=0.5),
+                                       random_margin=dict(a=0.05)),
+           "agreement.flip": dict(ace=dict(a=0.7), ceiling=dict(a=0.75), random=dict(a=0.7)),
+           # the label-only code: high correlation, nothing beyond the subject's number
+           "agreement.spearman": dict(mean=0.85, max=0.9, excess_mean=0.0, null_mean=0.85)}
     for cid, m in bad.items():
         assert not R[cid](m, S), cid
     assert not R["agreement.one_dim"](dict(ratio=dict(a=0.5)), S) and R["agreement.one_dim"](dict(ratio=dict(a=0.01)), S)

@@ -87,13 +87,20 @@ RULES = {
         "agreement.learned": lambda m, S: (min(m["simple"].values()) >= S["thr_learned"]
                                            and m["untrained"] < S["thr_learned"]),
         "agreement.one_dim": lambda m, S: max(m["ratio"].values()) <= S["thr_one_dim"],
-        "agreement.sufficient": lambda m, S: (min(m["ace"].values()) >= S["thr_sufficient"]
-                                              and max(m["random"].values()) < S["thr_sufficient"]),
-        "agreement.necessary": lambda m, S: (max(m["ace"].values()) <= S["thr_necessary"]
-                                             and min(m["random"].values()) > S["thr_necessary"]),
-        "agreement.flip": lambda m, S: (min(m["ace"].values()) >= S["thr_flip"]
-                                        and max(m["random"].values()) < S["thr_flip"]),
-        "agreement.spearman": lambda m, S: m["mean"] >= S["thr_spearman"] and m["shuffled_max_abs"] < S["thr_spearman"],
+        # issue 24: keep/remove act from the subject on; margins are signed and retained (1 = kept, 0 = gone)
+        "agreement.sufficient": lambda m, S: (
+            all(m["acc"][n] >= S["thr_sufficient"] and m["margin_lo"][n] >= S["thr_keep_margin"] for n in m["acc"])
+            and all(m["random_acc"][n] < S["thr_sufficient"] or m["random_margin_lo"][n] < S["thr_keep_margin"]
+                    for n in m["acc"])),
+        "agreement.necessary": lambda m, S: (
+            all(k == 1 for k in m["k"].values())
+            and all(m["random_acc"][n] > S["thr_necessary"] and m["random_margin"][n] > S["thr_margin"]
+                    for n in m["k"])),
+        "agreement.flip": lambda m, S: (
+            all(m["ace"][k] >= S["thr_flip"] * m["ceiling"][k] for k in m["ace"])
+            and all(m["random"][k] < S["thr_flip"] * m["ceiling"][k] for k in m["ace"])),
+        "agreement.spearman": lambda m, S: (m["mean"] >= S["thr_spearman"]
+                                            and m["excess_mean"] >= S["thr_spearman_excess"]),
         "agreement.late": lambda m, S: sum(m["upper_half"].values()) / len(m["upper_half"]) > 0.5,
     },
 }

@@ -166,7 +166,7 @@ def _groups(am: AgreementModel, pairs: Sequence[MinimalPair], batch: int = 256):
 
 
 def margins(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str | None = None, core: Core | None = None,
-            mode: str = "keep") -> np.ndarray:
+            mode: str = "keep", starts: np.ndarray | None = None) -> np.ndarray:
     """Singular − plural logit margin of each pair's own verb, at the last token before it.
 
     Parameters
@@ -175,6 +175,9 @@ def margins(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str | None =
     pairs : sequence of MinimalPair
     hook, core, mode : optional
         With a core: `ablate(am.model, hook, core, mode, pos=-1)` during the pass.
+    starts : ndarray [N] of int, optional
+        Ablate from each pair's own token position onward instead of at the last token only
+        (`coreinv.tasks.axis_rulers.subject_starts`: from the subject on).
 
     Returns
     -------
@@ -183,11 +186,9 @@ def margins(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str | None =
     out = np.zeros(len(pairs))
     with torch.no_grad():
         for ii, x, sg, pl in _groups(am, pairs):
-            if core is None:
+            at = -1 if starts is None else torch.as_tensor(np.asarray(starts)[ii], device=x.device)
+            with ablate(am.model, hook, core, mode, pos=at) if core is not None else contextlib.nullcontext():
                 lg = am.logits(x)[:, -1]
-            else:
-                with ablate(am.model, hook, core, mode, pos=-1):
-                    lg = am.logits(x)[:, -1]
             r = torch.arange(len(ii))
             out[ii] = (lg[r, sg] - lg[r, pl]).double().cpu().numpy()
     return out
@@ -316,9 +317,7 @@ def last_acts(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str) -> Te
     """
     out = None
     grab = {}
-    def keep(act):
-        grab["a"] = act
-        return act
+    keep = lambda act: grab.update(a=act) or act
     with torch.no_grad():
         for ii, x, _, _ in _groups(am, pairs):
             with replace_activation(am.model, hook, keep):
@@ -331,7 +330,7 @@ def last_acts(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str) -> Te
 
 
 def fit_axis(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str, readout: str = "verbs",
-             n_verbs: int = 6) -> ACE:
+             n_verbs: int = 6, center: bool = False) -> ACE:
     """ACE at `hook` at the last token before the verb.
 
     Parameters
@@ -343,6 +342,9 @@ def fit_axis(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str, readou
         O = `n_verbs` fixed verb-pair margins, or O = 1, the pair's own verb margin.
     n_verbs : int
         V for `readout="verbs"` (≥ 2).
+    center : bool
+        Centre the V margins across verbs (`ACE(center_outputs=...)`). Default False: the margins
+        share a sign, and their shared part is subject number; centring keeps only how verbs differ.
 
     Returns
     -------
@@ -361,7 +363,7 @@ def fit_axis(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str, readou
     V_sg = torch.tensor([am.verb_id(s) for s, _ in vp]) if vp else None
     V_pl = torch.tensor([am.verb_id(p) for _, p in vp]) if vp else None
     mean = last_acts(am, pairs, hook).mean(0)
-    ace = ACE(batch_size=4096)
+    ace = ACE(batch_size=4096, center_outputs=center)
     for ii, x, sg, pl in _groups(am, pairs):
         def downstream(h, x=x, sg=sg, pl=pl):                     # h [b, D] at the last position
             def sub(act):
@@ -407,9 +409,7 @@ BASELINES = ("ace", "class_means", "probe", "pca", "random")
 
 def _r2(x: np.ndarray, y: np.ndarray) -> float:
     A = np.stack([x, np.ones_like(x)], 1)
-    coef, *_ = np.linalg.lstsq(A, y, rcond=None)
-    res = y - A @ coef
-    return float(1 - res.var() / y.var()) if y.var() > 0 else float("nan")
+    return float(1 - (y - A @ np.linalg.lstsq(A, y, rcond=None)[0]).var() / y.var()) if y.var() > 0 else float("nan")
 
 
 def layer_cores(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str, ace: ACE | None = None,

@@ -1,0 +1,203 @@
+"""The agreement chapter's rulers (issue 24) on language models whose answer is planted by construction.
+
+`PlantedLM` is a word-level model of the agreement language, built (not trained) in milliseconds. At its
+layer "carry" the number of the sentence's first noun (the subject, for the constructions used here) is
+written on a known direction from the subject onward; its layer "read" is a causal mean over positions
+(later positions re-read earlier ones, as attention does), and every verb's singular − plural logit margin
+reads that direction, plus a small verb-specific nuisance. The one-direction model must pass one_dim,
+sufficient, necessary and flip; its twin carries number on two orthogonal directions (each subject noun
+with its own mix of both), each read by half of the verbs: it must fail one_dim at k = 1 and pass at k = 2.
+The old rulers (centred readout, ablation at the last token, whole-sentence parse) must get the first model wrong.
+"""
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from coreinv.ablate import ablate, random_core
+from coreinv.ace import ACE, Core
+from coreinv.tasks import agreement as ag
+from coreinv.tasks import axis as ax
+from coreinv.tasks import axis_rulers as ar
+
+CONS = ("simple", "adverb", "pp", "subj_rc", "obj_rc", "vp_coord")   # the first noun is the subject
+
+
+class PlantedLM(nn.Module):
+    """Subject number on direction e0 (or on e0 and e1) at "carry", from the subject's position onward."""
+
+    def __init__(self, vocab: ag.WordVocab, redundant: bool = False, D: int = 10, a: float = 12.0,
+                 b: float = 0.3, seed: int = 0):
+        super().__init__()
+        lex = ag.default_lexicon()
+        V = len(vocab.itos)
+        num, gains = torch.zeros(V), torch.zeros(V, 2)
+        for n in lex.nouns:
+            g = ((1.0, 0.3) if n.animate else (0.3, 1.0)) if redundant else (1.0, 0.0)
+            for w, s in ((n.sg, 1.0), (n.pl, -1.0)):
+                num[vocab.stoi[w]], gains[vocab.stoi[w]] = s, torch.tensor(g)
+        E = torch.randn(V, D, generator=torch.Generator().manual_seed(seed))
+        E[:, :2] = 0                                              # the nuisance lives off e0, e1
+        pairs = list(dict.fromkeys((v.sg, v.pl) for v in lex.verbs))
+        self.register_buffer("num", num); self.register_buffer("gains", gains); self.register_buffer("E", E)
+        self.register_buffer("sg", torch.tensor([vocab.stoi[s] for s, _ in pairs]))
+        self.register_buffer("pl", torch.tensor([vocab.stoi[p] for _, p in pairs]))
+        self.reads = torch.tensor([i % 2 if redundant else 0 for i in range(len(pairs))])  # which direction
+        self.nuis = torch.tensor([2 + i % (D - 2) for i in range(len(pairs))])
+        self.V, self.a, self.b = V, a, b
+        self.device_anchor = nn.Parameter(torch.zeros(1), requires_grad=False)    # the measures read the device
+        self.carry, self.read = nn.Identity(), nn.Identity()
+        self.hook_layers = ["carry", "read"]
+
+    def forward(self, tokens):                                     # [b, T] → [b, T, V]
+        n = self.num[tokens]                                       # ±1 at nouns
+        first = (n != 0) & ((n != 0).cumsum(1) == 1)               # the first noun
+        s = (n * first).cumsum(1)                                  # its number, from it onward; 0 before
+        g = (self.gains[tokens] * first[..., None]).sum(1, keepdim=True)    # [b, 1, 2]: its gains
+        h = self.E[tokens].clone()
+        h[..., :2] = h[..., :2] + s[..., None] * g
+        h = self.carry(h)                                          # [b, T, D]
+        r = self.read(h.cumsum(1) / torch.arange(1, h.shape[1] + 1, device=h.device)[None, :, None])
+        m = self.a * r[..., self.reads] + self.b * r[..., self.nuis]          # [b, T, n_verbs]
+        out = torch.zeros(*tokens.shape, self.V, dtype=h.dtype)
+        out[..., self.sg] = 5 + m / 2
+        out[..., self.pl] = 5 - m / 2
+        return out
+
+
+@pytest.fixture(scope="module")
+def planted():
+    vocab = ag.WordVocab.from_lexicon()
+    pairs = [p for c in CONS for p in ag.test_pairs(8, 7, c)]
+    out = {}
+    for name, red in (("one", False), ("two", True)):
+        am = ax.word_model(name, PlantedLM(vocab, red).eval(), vocab)
+        out[name] = am
+    return out, pairs
+
+
+def test_planted_models_agree(planted):
+    ams, pairs = planted
+    for am in ams.values():
+        assert ax.accuracy(am, pairs) == 1.0
+
+
+def test_readout_uncentred_passes_and_centred_fails(planted):
+    ams, pairs = planted
+    hook = "carry"
+    ace = ax.fit_axis(ams["one"], pairs, hook)                         # new: uncentred
+    sv = ace.singular_values_.double()
+    assert sv[1] / sv[0] <= 0.1                                        # one_dim holds
+    axis = ax.oriented_axis(ace, ax.last_acts(ams["one"], pairs, hook), pairs)
+    assert abs(axis.basis[0, 0]) > 0.95               # ... on the planted direction (the nuisance tilts it a little)
+    with pytest.warns(RuntimeWarning, match="center_outputs"):
+        old = ax.fit_axis(ams["one"], pairs, hook, center=True)      # old: centred across verbs
+    so = old.singular_values_.double()
+    assert so[1] / so[0] > 0.1 and abs(old.basis_[0, 0]) < 0.5       # the old ruler misses it
+    two = ax.fit_axis(ams["two"], pairs, hook).singular_values_.double()
+    assert two[1] / two[0] > 0.1 and two[2] / two[1] <= 0.1          # twin: fails at k = 1, passes at k = 2
+
+
+def test_necessity_from_the_subject(planted):
+    ams, pairs = planted
+    am, hook = ams["one"], "carry"
+    ace = ax.fit_axis(am, pairs, hook)
+    st = ar.subject_starts(am, pairs)
+    intact = ax.margins(am, pairs)
+    new = ar.necessary_k(am, pairs, hook, ace, st, intact=intact)
+    assert new["k"] == 1 and new["per_k"][1]["retained"] <= 0.1
+    old = ar.ablation_scores(am, pairs, hook, ace.core(1), "remove", None, intact)   # the last token only
+    assert old["acc_mean"] > 0.6 and old["retained"]["mean"] > 0.1     # the old ruler: "not necessary"
+    rand = random_core(ace.mean_.shape[0], 1, ace.mean_.double(), seed=0)
+    ctl = ar.ablation_scores(am, pairs, hook, rand, "remove", st, intact)
+    assert ctl["acc_mean"] > 0.6 and ctl["retained"]["mean"] > 0.1     # the control keeps agreement
+    two = ams["two"]
+    ace2 = ax.fit_axis(two, pairs, hook)
+    st2 = ar.subject_starts(two, pairs)
+    k2 = ar.ablation_scores(two, pairs, hook, ace2.core(2), "remove", st2)
+    assert k2["acc_mean"] <= 0.6 or k2["retained"]["mean"] <= 0.1      # necessary at k = 2
+    keep2 = ar.ablation_scores(two, pairs, hook, ace2.core(2), "keep", st2)
+    assert keep2["acc_mean"] >= 0.9 and keep2["retained"]["lo"] >= 0.5
+
+
+def test_sufficiency_by_margin(planted):
+    ams, pairs = planted
+    am, hook = ams["one"], "carry"
+    ace = ax.fit_axis(am, pairs, hook)
+    axis = ax.oriented_axis(ace, ax.last_acts(am, pairs, hook), pairs)
+    st = ar.subject_starts(am, pairs)
+    r = ar.ablation_scores(am, pairs, hook, axis, "keep", st)
+    assert r["acc_mean"] >= 0.9 and r["retained"]["lo"] >= 0.5
+    rand = random_core(axis.d, 1, axis.mean, seed=0)
+    c = ar.ablation_scores(am, pairs, hook, rand, "keep", st)
+    assert c["acc_mean"] < 0.9 or c["retained"]["lo"] < 0.5
+
+
+def test_flip_by_first_verb(planted):
+    ams, pairs = planted
+    am, hook = ams["one"], "carry"
+    ace = ax.fit_axis(am, pairs, hook)
+    axis = ax.oriented_axis(ace, ax.last_acts(am, pairs, hook), pairs)
+    src = pairs[::4]
+    st = ar.subject_starts(am, src)
+    for sample in (False, True):
+        ceil = ar.flip_first_verb(am, src, hook, None, st, sample=sample)["agreeing"]
+        new = ar.flip_first_verb(am, src, hook, axis, st, sample=sample)
+        assert ceil > 0.8 and new["reversed"] >= 0.9 * ceil
+        rand = ar.flip_first_verb(am, src, hook, random_core(axis.d, 1, axis.mean, seed=1), st, sample=sample)
+        assert rand["reversed"] < 0.9 * ceil
+    old = ax.flip_generation(am, src, hook, axis)                   # whole sentences the grammar parses
+    assert old["reversed"] < 0.9                                      # the old ruler misses the flip
+
+
+def test_spearman_against_the_label():
+    rng = np.random.default_rng(0)
+    y = np.repeat(["sg", "pl"], 200)
+    lab = np.where(y == "sg", 3.0, -3.0)
+    only = ar.spearman_vs_label(lab + rng.normal(size=400), lab + rng.normal(size=400), y, n_boot=100)
+    assert only["rho"] > 0.7 and only["excess"] < 0.1                  # fails the rule: label only
+    shared = rng.normal(size=400)
+    both = ar.spearman_vs_label(lab + shared + 0.2 * rng.normal(size=400), lab + shared + 0.2 * rng.normal(size=400),
+                                y, n_boot=100)
+    assert both["excess"] >= 0.1 and both["within"]["sg"]["lo"] > 0.5
+    with pytest.raises(ValueError, match="equal 1-D"):
+        ar.spearman_vs_label(lab, lab[:-1], y)
+
+
+def test_ablate_positions_and_errors():
+    net = nn.Sequential(nn.Identity(), nn.Linear(4, 3))
+    core = Core(torch.eye(4, dtype=torch.float64)[:, :2], torch.zeros(4, dtype=torch.float64))
+    x = torch.randn(3, 5, 4)
+    got = {}
+    h = net[1].register_forward_pre_hook(lambda m, i: got.__setitem__("a", i[0].clone()))
+    starts = torch.tensor([0, 2, 4])
+    mask = torch.arange(5)[None] >= starts[:, None]
+    for pos in (starts, mask):
+        with ablate(net, "0", core, "remove", pos=pos), torch.no_grad():
+            net(x)
+        moved = (got["a"] - x).abs().amax(-1) > 0
+        assert torch.equal(moved, mask)
+    with ablate(net, "0", core, "remove", pos=slice(3, None)), torch.no_grad():
+        net(x)
+    assert torch.equal((got["a"] - x).abs().amax(-1) > 0, (torch.arange(5) >= 3).expand(3, 5))
+    h.remove()
+    for bad, msg in ((torch.tensor([1, 2]), "start positions"), (torch.ones(3, 4, dtype=torch.bool), "mask"),
+                     (7, "outside")):
+        with pytest.raises(ValueError, match=msg), ablate(net, "0", core, "remove", pos=bad), torch.no_grad():
+            net(x)
+
+
+def test_ace_warns_only_when_centring_removes_the_shared_part():
+    g = torch.Generator().manual_seed(0)
+    acts = torch.randn(300, 6, generator=g, dtype=torch.float64)
+    w = torch.tensor([1.0, 0, 0, 0, 0, 0], dtype=torch.float64)
+    same_sign = lambda h: (h @ w)[:, None] * torch.tensor([1.0, 1.2, 0.8, 1.1], dtype=torch.float64) + 0.01 * h[:, 1:5]
+    with pytest.warns(RuntimeWarning, match="center_outputs"):
+        ACE().fit(acts, same_sign)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ACE(center_outputs=False).fit(acts, same_sign)
+        W = torch.randn(6, 4, generator=g, dtype=torch.float64)
+        ACE().fit(acts, lambda h: h @ (W - W.mean(1, keepdim=True)))      # outputs that differ: no warning
