@@ -45,8 +45,9 @@ RULES = {
         "grokking.stays_grokked": lambda m, S: (min(m["min_test_acc_after"]) >= S["thr_stay"]
                                                 and min(m["final_test_acc"]) >= S["thr_final"]),
         "grokking.crystallises": lambda m, S: min(m["at_is_stable"]) == 1 and all(
-            a <= S["thr_crystal"] * b and n <= S["thr_nec_over_suff"] * a
-            for b, a, n in zip(m["suff_k_before"], m["suff_k_at"], m["nec_k_at"])),
+            a <= S["thr_crystal"] * b and n <= S["thr_nec_over_suff"] * a and not censored
+            for b, a, n, censored in zip(m["suff_k_before"], m["suff_k_at"], m["nec_k_at"],
+                                         m["nec_k_at_is_lower_bound"])),
         "grokking.unit_circle": lambda m, S: min(m["after_is_stable"]) == 1 and all(
             a <= S["thr_unit"] and a <= S["thr_unit_ratio"] * b for a, b in zip(m["after"], m["before"])),
         "grokking.snap_at_grokking": lambda m, S: (min(m["snapped"]) == 1
@@ -144,6 +145,8 @@ def test_claims_present_finite_and_recomputed(chapter_run):
     for c in res["claims"]:
         for v in _numbers(c["measured"]):        # numbers, or yes/no flags (e.g. CoreDims.bounded's censoring)
             assert isinstance(v, (int, float)) and math.isfinite(v), f"{c['id']}: measured {c['measured']} holds {v!r}"
+        if not c.get("testable", True):            # a claim the run cannot test neither holds nor is required
+            assert not c["passed"] and not c["required"], f"{c['id']}: not testable, yet passed or required"
         want = rules[c["id"]](c["measured"], res["config"])
         assert c["passed"] == want, f"{c['id']}: reported passed={c['passed']}, recomputed {want}"
         assert not (c["required"] and not c["passed"]), f"required claim {c['id']} failed at ci"
