@@ -17,7 +17,7 @@ from .koopman import _check_triples, spectral_distance
 
 # %% auto #0
 __all__ = ['SpanResidual', 'span_residual_features', 'slow_manifold_system', 'split_rows', 'span_residual',
-           'SparseReLUDictionary', 'gap_cut', 'RateFit', 'rate_fit']
+           'SparseReLUDictionary', 'BasisChange', 'LeastSquaresRealisation', 'gap_cut', 'RateFit', 'rate_fit']
 
 # %% ../nbs/34_invariance.ipynb #ca9227ee
 @dataclass
@@ -254,6 +254,94 @@ class SparseReLUDictionary(Dictionary):
     def _features(self, X): return np.maximum((X - self.mean_) @ self.directions_ - self.thresholds_, 0.0)
 
 # %% ../nbs/34_invariance.ipynb #8d04c4e9
+class BasisChange(Dictionary):
+    """Ψ'(x) = (1, Ψ(x) T): a fitted dictionary's non-constant features in another basis (same span).
+
+    The planted twin for basis invariance: anything that is a property of span Ψ must give the same
+    value on Ψ and on Ψ'. T = Q₁ diag(s) Q₂ with Q random orthogonal and log s uniform in
+    [−spread, spread], so its condition number is at most e^{2·spread}.
+
+    Parameters
+    ----------
+    base : fitted Dictionary
+        Used as it is (not refitted).
+    seed : int
+    spread : float, default 1
+    constant : bool, default True
+
+    Attributes
+    ----------
+    T_ : ndarray [r, r]
+        The change of basis of the base's non-constant features.
+
+    Raises
+    ------
+    ValueError
+        At fit, if the base is not fitted.
+    """
+    fit_reads_data = False
+
+    def __init__(self, base, seed: int = 0, spread: float = 1.0, constant: bool = True):
+        self.base, self.seed, self.spread, self.constant = base, seed, spread, constant
+
+    def _fit(self, X, y=None):
+        if not hasattr(self.base, "n_features_"):
+            raise ValueError("BasisChange needs a fitted base dictionary: fit it first")
+        r = self.base.n_features_ - int(getattr(self.base, "has_constant_", False))
+        rng = np.random.default_rng(self.seed)
+        q = lambda: np.linalg.qr(rng.standard_normal((r, r)))[0]
+        self.T_ = q() @ np.diag(np.exp(rng.uniform(-self.spread, self.spread, r))) @ q()   # [r, r]
+
+    def _n_features(self): return self.T_.shape[0]
+    def _features(self, X):
+        F = self.base.transform(X)
+        return (F[:, 1:] if getattr(self.base, "has_constant_", False) else F) @ self.T_
+
+
+class LeastSquaresRealisation:
+    """A realisation on given coordinates: [A B c] by ridge least squares of Y on [X, U, 1], and eig(A).
+
+    The fast estimator for the rate: fitted on lifted features computed once (Ψ(X), U, Ψ(Y)), it
+    solves the same least squares as `EDMDc` with a fitted dictionary, through the normal equations
+    (the features' Gram matrix) instead of a QR factorisation, which is what makes tens of splits per
+    layer affordable. Use it on well-conditioned features (random Fourier features).
+
+    Parameters
+    ----------
+    ridge : float, default 1e-8
+        Added to the Gram matrix's diagonal, relative to its mean diagonal.
+
+    Attributes
+    ----------
+    A_ : ndarray [D, D]
+    eigvals_ : ndarray [D] complex, by decreasing modulus
+    """
+    def __init__(self, ridge: float = 1e-8):
+        self.ridge = ridge
+
+    def fit(self, X, U, Y):
+        """Fit on X [M, D], U [M, D_u] (or None), Y [M, D].
+
+        Parameters
+        ----------
+        X, Y : array [M, D]
+        U : array [M, D_u] or None
+
+        Returns
+        -------
+        self
+        """
+        X, U, Y = _check_triples(X, U, Y)
+        G = np.c_[X, U, np.ones(len(X))]                                # [M, D + D_u + 1]
+        K = G.T @ G
+        K[np.diag_indices_from(K)] += self.ridge * np.trace(K) / len(K)
+        W = sla.solve(K, G.T @ Y, assume_a="pos")                       # [D + D_u + 1, D]
+        self.A_ = W[:X.shape[1]].T
+        lam = np.linalg.eigvals(self.A_)
+        self.eigvals_ = lam[np.argsort(-np.abs(lam), kind="stable")]
+        return self
+
+# %% ../nbs/34_invariance.ipynb #ddd5c677
 def gap_cut(eigvals, error: float, factor: float = 3.0, k_max: int | None = None) -> int | None:
     """The largest k ≤ k_max whose modulus gap |λ_k| − |λ_{k+1}| is ≥ factor × error (None if none).
 

@@ -111,3 +111,19 @@ def test_rate_fit_refuses_bad_sizes():
         rate_fit(X, U, Y, [50, 200], LS)
     with pytest.raises(ValueError, match="at least 2"):
         rate_fit(X, U, Y, [50], LS)
+
+
+def test_basis_change_keeps_spectrum_and_span_residual_and_ls_matches_edmdc():
+    from coreinv.invariance import BasisChange, LeastSquaresRealisation
+    from coreinv.koopman import EDMDc, spectral_distance
+    A, B, X, U, Y = linear_control_system(3000, noise=0.2, seed=4)
+    base = PCADictionary(4).fit(X)
+    bc = BasisChange(base, seed=1, spread=1.5).fit(X)
+    assert np.linalg.cond(bc.T_) <= np.exp(3.0) + 1e-9
+    e1 = EDMDc(base, fit_dictionary=False, progress=False).fit(X, U, Y)
+    e2 = EDMDc(bc, fit_dictionary=False, progress=False).fit(X, U, Y)
+    assert spectral_distance(e1, e2) < 1e-8
+    ls = LeastSquaresRealisation().fit(X, U, Y)
+    assert spectral_distance(e1.eigvals_[1:], ls.eigvals_) < 1e-6
+    with pytest.raises(ValueError, match="fitted base"):
+        BasisChange(PCADictionary(4)).fit(X)
