@@ -102,7 +102,12 @@ def span_residual_features(FX, FY, U=None, train=None, test=None, rtol: float = 
     if len(test) <= Yw.shape[1]:
         raise ValueError(f"the test set has {len(test)} rows for {Yw.shape[1]} target directions: "
                          f"use more test rows or fewer features")
-    vals = sla.eigh(E.T @ E, T.T @ T, eigvals_only=True)[::-1]   # generalised eigenvalues, largest first
+    # directions of span Psi(Y) that do not vary on the test rows (a rare feature that never fires
+    # there) have no share to report: keep the range of the test target covariance
+    s, V = np.linalg.eigh(T.T @ T)
+    keep = s > rtol * max(s[-1], 1e-300)
+    Wt = V[:, keep] / np.sqrt(s[keep])                            # [k, k'] whitening on the test rows
+    vals = np.linalg.eigvalsh(Wt.T @ (E.T @ E) @ Wt)[::-1]       # generalised eigenvalues, largest first
     vals = np.clip(vals, 0.0, None)
     return SpanResidual(vals, float(vals.mean()), float(vals[0]), len(train), len(test))
 

@@ -127,3 +127,13 @@ def test_basis_change_keeps_spectrum_and_span_residual_and_ls_matches_edmdc():
     assert spectral_distance(e1.eigvals_[1:], ls.eigvals_) < 1e-6
     with pytest.raises(ValueError, match="fitted base"):
         BasisChange(PCADictionary(4)).fit(X)
+
+
+def test_a_feature_constant_on_the_test_rows_is_left_out_not_an_error():
+    rng = np.random.default_rng(0)
+    F = rng.standard_normal((400, 4))
+    F[:, 3] = np.where(np.arange(400) < 200, rng.standard_normal(400), 0.0)   # fires only in train
+    G = F + 0.1 * rng.standard_normal((400, 4))
+    G[200:, 3] = 0.0
+    r = span_residual_features(F, G, None, np.arange(200), np.arange(200, 400))
+    assert r.values.size == 3 and np.isfinite(r.mean)
