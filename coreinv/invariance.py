@@ -17,7 +17,8 @@ from .koopman import _check_triples, spectral_distance
 
 # %% auto #0
 __all__ = ['SpanResidual', 'span_residual_features', 'slow_manifold_system', 'split_rows', 'span_residual',
-           'SparseReLUDictionary', 'BasisChange', 'LeastSquaresRealisation', 'gap_cut', 'RateFit', 'rate_fit']
+           'SparseReLUDictionary', 'BasisChange', 'LeastSquaresRealisation', 'gap_cut', 'RateFit', 'rate_fit',
+           'cv_ridge_readout', 'leading_mode_indices', 'restricted_edit', 'removed_rms']
 
 # %% ../nbs/34_invariance.ipynb #ca9227ee
 @dataclass
@@ -457,3 +458,125 @@ def rate_fit(X, U, Y, Ms, make_estimator, k: int | None = None, n_splits: int = 
     s, se = slopes.mean(), slopes.std(ddof=1) / np.sqrt(n_splits)
     t = stats.t.ppf(0.975, n_splits - 1)
     return RateFit(Ms, dist, slopes, float(s), (float(s - t * se), float(s + t * se)), k)
+
+# %% ../nbs/34_invariance.ipynb #330417f3
+def cv_ridge_readout(H, y, alphas=(1e-3, 1e-2, 0.1, 1.0, 10.0, 100.0, 1000.0), n_folds: int = 5,
+                     seed: int = 0):
+    """A ridge readout of y from H with the ridge chosen by k-fold cross-validation, and its held-out R².
+
+    Parameters
+    ----------
+    H : array [n, D]
+    y : array [n]
+    alphas : sequence of float
+        Ridges tried (on the centred Gram matrix, unscaled).
+    n_folds : int, default 5
+    seed : int
+
+    Returns
+    -------
+    readout : callable, array [m, D] → array [m]
+        Refitted on all rows with the chosen ridge.
+    alpha : float
+    cv_r2 : float
+        Cross-validated R² at the chosen ridge.
+
+    Raises
+    ------
+    ValueError
+        On shapes that disagree, fewer rows than 2 × n_folds, or a constant y.
+    """
+    H, y = np.asarray(H, dtype=np.float64), np.asarray(y, dtype=np.float64).ravel()
+    if H.ndim != 2 or len(H) != len(y):
+        raise ValueError(f"H must be [n, D] with n = len(y), got {H.shape} and {y.shape}")
+    if len(y) < 2 * n_folds or not y.std() > 0:
+        raise ValueError(f"need ≥ {2 * n_folds} rows and a varying y, got {len(y)} rows, sd {y.std():.3g}")
+    fold = np.random.default_rng(seed).permutation(len(y)) % n_folds
+
+    def fit(Hf, yf, a):
+        mh, my = Hf.mean(0), yf.mean()
+        Hc = Hf - mh
+        w = np.linalg.solve(Hc.T @ Hc + a * np.eye(H.shape[1]), Hc.T @ (yf - my))
+        return lambda Z, w=w, mh=mh, my=my: (np.asarray(Z) - mh) @ w + my
+
+    def cv(a):
+        pred = np.empty_like(y)
+        for f in range(n_folds):
+            pred[fold == f] = fit(H[fold != f], y[fold != f], a)(H[fold == f])
+        return 1 - np.mean((y - pred) ** 2) / y.var()
+
+    scores = [cv(a) for a in alphas]
+    best = int(np.argmax(scores))
+    return fit(H, y, alphas[best]), float(alphas[best]), float(scores[best])
+
+
+def leading_mode_indices(model, k: int):
+    """Indices of the leading modes of a fitted EDMDc whose real span has dimension ≤ k, pairs never split.
+
+    A complex mode brings its conjugate (two real directions); a pair that would exceed k is left
+    out, so a "k modes" edit removes at most k real directions, and the count says how many.
+
+    Parameters
+    ----------
+    model : fitted EDMDc
+    k : int
+
+    Returns
+    -------
+    indices : list of int (into `eigvals_`, conjugates included)
+    n_real : int
+        The real dimension they span.
+    """
+    idx, n = [], 0
+    for i, lam in enumerate(model.eigvals_):
+        if abs(lam.imag) < 1e-12 * max(abs(lam), 1e-300):
+            if n + 1 > k: break
+            idx.append(i); n += 1
+        elif lam.imag > 0:
+            if n + 2 > k: break
+            j = int(np.argmin(np.abs(model.eigvals_ - np.conj(lam))))
+            idx += [i, j]; n += 2
+    return idx, n
+
+
+def restricted_edit(edit, n_pos: int, skip=(0,), scale: float = 1.0):
+    """`edit` applied to the rows of [batch·pos, D] whose position is not in `skip`, its change scaled.
+
+    For `depth_effects`, whose edit sees the residual stream as [batch·n_pos, D] rows: position 0
+    (`<bos>`) is left alone, and `scale` sets the size of the change (to match edits in removed norm).
+
+    Parameters
+    ----------
+    edit : callable [m, D] → [m, D]
+    n_pos : int
+    skip : sequence of int
+    scale : float
+
+    Returns
+    -------
+    callable [n, D] → [n, D]
+    """
+    skip = np.asarray(skip, dtype=int)
+
+    def f(H):
+        keep = ~np.isin(np.arange(len(H)) % n_pos, skip)
+        out = H.copy()
+        out[keep] = H[keep] + scale * (edit(H[keep]) - H[keep])
+        return out
+    return f
+
+
+def removed_rms(edit, H) -> float:
+    """RMS norm of the change an edit makes to the rows of H [n, D].
+
+    Parameters
+    ----------
+    edit : callable [n, D] → [n, D]
+    H : array [n, D]
+
+    Returns
+    -------
+    float
+    """
+    H = np.asarray(H, dtype=np.float64)
+    return float(np.sqrt(np.mean(np.sum((edit(H) - H) ** 2, axis=1))))

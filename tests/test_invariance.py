@@ -137,3 +137,23 @@ def test_a_feature_constant_on_the_test_rows_is_left_out_not_an_error():
     G[200:, 3] = 0.0
     r = span_residual_features(F, G, None, np.arange(200), np.arange(200, 400))
     assert r.values.size == 3 and np.isfinite(r.mean)
+
+
+def test_cv_readout_is_honest_and_edits_are_matched_and_spare_bos():
+    from coreinv.invariance import cv_ridge_readout, leading_mode_indices, removed_rms, restricted_edit
+    from coreinv.koopman import EDMDc
+    rng = np.random.default_rng(0)
+    H = rng.standard_normal((120, 40))
+    y = H[:, 0] + 0.5 * rng.standard_normal(120)                   # truth R2 = 0.8
+    read, alpha, r2 = cv_ridge_readout(H, y)
+    assert 0.6 < r2 < 0.9 and read(H).shape == (120,)
+    A, B, X, U, Y = linear_control_system(2000, noise=0.1)
+    m = EDMDc(PCADictionary(4, constant=False), progress=False).fit(X, U, Y)
+    assert leading_mode_indices(m, 1) == ([], 0)                   # the leading pair is not split
+    assert leading_mode_indices(m, 2)[1] == 2 and leading_mode_indices(m, 4)[1] == 4
+    Z = rng.standard_normal((30, 4))
+    e = restricted_edit(lambda H: H * 0, 5, scale=0.5)
+    assert np.array_equal(e(Z)[::5], Z[::5])
+    assert np.isclose(removed_rms(e, Z), 0.5 * removed_rms(restricted_edit(lambda H: H * 0, 5), Z))
+    with pytest.raises(ValueError, match="varying"):
+        cv_ridge_readout(H, np.ones(120))
