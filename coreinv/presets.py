@@ -257,17 +257,19 @@ register("sae_gap",
          ci=_sae_model | dict(n_sentences=5000, lm_steps=300, lm_batch=32, n_held_sentences=2000,
                               n_windows=48, n_seeds=2, sae_steps=600, Ms=(1000, 2000, 4000, 8000),
                               n_splits=4, n_boot=8, n_random=3, lambdas=(0.0, 1.0),
-                              Ms_layer=(400, 800, 1600), n_splits_rate=8)
+                              Ms_layer=(400, 800, 1600), n_splits_rate=8, n_dict_seeds=2)
             | _sae_thr | dict(thr_model=1.5),
          book=_sae_model | dict(n_sentences=20000, lm_steps=1000, lm_batch=32,
                                 n_held_sentences=4000, n_windows=192, n_seeds=3, sae_steps=1500,
                                 Ms=(1500, 3000, 6000, 12000, 24000), n_splits=8, n_boot=20,
                                 n_random=10, lambdas=(0.0, 0.3, 1.0, 3.0),
-                                Ms_layer=(1000, 2000, 4000, 8000), n_splits_rate=30) | _sae_thr,
+                                Ms_layer=(1000, 2000, 4000, 8000), n_splits_rate=30,
+                                n_dict_seeds=2) | _sae_thr,
          paper=_sae_model | dict(n_sentences=50000, lm_steps=5000, lm_batch=64,
                                  n_held_sentences=8000, n_windows=256, n_seeds=5, sae_steps=5000,
                                  Ms=(2000, 4000, 8000, 16000, 32000, 48000), n_splits=10,
                                  n_boot=50, n_random=20, lambdas=(0.0, 0.1, 0.3, 1.0, 3.0, 10.0),
-                                 Ms_layer=(1500, 3000, 6000, 12000), n_splits_rate=50)
+                                 Ms_layer=(1500, 3000, 6000, 12000), n_splits_rate=50,
+                                 n_dict_seeds=5)
             | _sae_thr)
 
