@@ -191,11 +191,11 @@ register("markov",
 #     (tools/grokking_pilots.py), did not remove the dips; the rule was τ_grok ≤ 600 and no logged step after
 #     τ_grok + 50 below 0.9: gradient norm clipped at 1 (τ_grok 630, lowest 0.02), peak lr 1.5e-3 (τ_grok
 #     1190, lowest 0.23), betas (0.9, 0.95) (640, 0.07), betas (0.9, 0.9) (640, 0.23). So these settings stay.
-#     A second round (issue 26; rule: τ_grok ≤ 700 and no logged test accuracy below 0.9 after τ_grok + 50 on
+#     A second round (rule: τ_grok ≤ 700 and no logged test accuracy below 0.9 after τ_grok + 50 on
 #     seeds 0, 1, 2, seed 0 first) tried betas (0.9, 0.999), no LayerNorm with a float64 loss, and lr 1.5e-3
 #     with ω = 2: each failed on seed 0 (its record, results/pilots/grokking.json, is shown in the chapter).
 #     normalization and loss_dtype are preset entries so that a passing pilot is one edit.
-# Issue 26's rulers (set before the runs they judge): stays_grokked is strict (the lowest logged test accuracy
+# The rulers (set before the runs they judge): stays_grokked is strict (the lowest logged test accuracy
 #     after τ_grok + stable_window ≥ thr_stay, every seed); a core is necessary when its removal at `=` takes away
 #     ≥ nec_share of what replacing the whole activation by its mean (the floor) takes away; every snapshot from
 #     τ_grok to dense_until × τ_grok is analysed and the snap time is interpolated between snapshots; inflation is
