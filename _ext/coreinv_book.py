@@ -289,7 +289,8 @@ def _fill_scorecards(app, doctree, docname) -> None:
         for s in chapter_summaries(preset, root):
             out.append(nodes.paragraph(
                 "", "", nodes.strong("", s["chapter"]),
-                nodes.Text(f": {s['held']} of {s['total']} claims hold. Code "),
+                nodes.Text(f": {s['held']} of {s['total']} claims hold"
+                           + (f" ({s['untestable']} not testable)" if s["untestable"] else "") + ". Code "),
                 nodes.literal("", s["code_key"] or "not recorded"),
                 nodes.Text(f", written {s['written'] or '(no date)'}, {s['wall_time_s']:.0f} s.")))
             out.append(_table([r for r in rows if r["chapter"] == s["chapter"]]))

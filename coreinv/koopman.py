@@ -902,7 +902,7 @@ class InvarianceResidual:
 
 
 def invariance_residual(dictionary, X, U, Y, fit_dictionary: bool = True) -> InvarianceResidual:
-    """How far span Ψ is from invariant: relative residual of regressing Ψ(Y) on [Ψ(X), U].
+    """Variance-weighted, in-sample residual of Ψ(Y) on [Ψ(X), U]: basis-dependent (see invariance.span_residual).
 
     Parameters
     ----------

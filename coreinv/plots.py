@@ -63,10 +63,15 @@ def _plot_k(ax, st, rows: list, dims, which: str, style: str, label: str):
     k = _k_curve(rows, dims, which)
     cens = column(rows, lambda r: dims(r).bounded(which)[1]) > 0
     line, = ax.plot(st, k, style, ms=3, label=label)
-    if cens.any():
-        ax.plot(st[cens], k[cens], "^", ms=8, mfc="none", color=line.get_color(), ls="none",
-                label=f"{label}: censored (> k_max)")
+    if cens.any():                                                    # one legend entry for all: `_censored_key`
+        ax.plot(st[cens], k[cens], "^", ms=8, mfc="none", color=line.get_color(), ls="none", label="_censored")
     return line
+
+
+def _censored_key(ax):
+    "One legend entry for the censored markers of `_plot_k` (if any were drawn)."
+    if any(l.get_label() == "_censored" for l in ax.lines):
+        ax.plot([], [], "^", ms=8, mfc="none", color="grey", ls="none", label="censored k (> k_max), at k_max + 1")
 
 
 def plot_core_dims(ax, rows: list, log, times: dict, layer: int):
@@ -100,13 +105,14 @@ def plot_core_dims(ax, rows: list, log, times: dict, layer: int):
         _plot_k(ax, st, rows, dims, which, style, label)
     ax.plot(st, column(rows, lambda r: r.cores[layer].ace_pr), "-", color="k", lw=1, alpha=0.6,
             label="ACE participation ratio")
+    _censored_key(ax)
     ax.set_yscale("log"); ax.set_xlabel("step"); ax.set_ylabel("dimension")
     _mark_times(ax, times)
     ax2 = ax.twinx()
     c = log_columns(log)
     ax2.plot(c["step"], c["train_acc"], color="C0", alpha=0.3); ax2.plot(c["step"], c["test_acc"], color="C1", alpha=0.3)
     ax2.set_ylabel("accuracy (faint: train, test)"); ax2.set_ylim(-0.02, 1.02)
-    ax.legend(fontsize=7, loc="upper right")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.12, 1))
     return ax
 
 
@@ -208,6 +214,7 @@ def plot_inflation(ax, rows: list, times: dict, p: int, layer: int):
         ax.plot(st, column(rows, lambda r: len(r.core_freqs[layer])), "-v", ms=3, color="C5",
                 label="frequencies in the core")
     ax.axhline(p // 2, color="C4", ls=":", lw=1, label="⌊p/2⌋")
+    _censored_key(ax)
     _mark_times(ax, times)
     ax.set_xlabel("step"); ax.set_ylabel("count"); ax.legend(fontsize=8)
     return ax

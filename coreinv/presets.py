@@ -264,21 +264,29 @@ register("agreement",
 _sae_model = dict(n_layers=4, d_model=64, n_heads=4, n_ctx=48, layer=2, edit_layer=1,
                   widths=(4, 8), topk_k=16, l1=0.1, sae_lr=3e-3, rs=(16, 32, 64), r_spectra=32,
                   n_rff=256, n_rff_rate=64, k_rate=16, r_modes=16, k_modes=4, k_remove=4,
-                  mom_blocks=8, lambda_chosen=1.0, n_ce=32)
+                  mom_blocks=8, lambda_chosen=1.0, n_ce=32,
+                  # issue 25: train/test split by blocks of 16 overlapping windows; the rate's k by the
+                  # gap rule (gap >= 3 x the full-data split-half error, k <= 16), per layer
+                  test_size=0.5, window_group=16, gap_factor=3.0, k_max_rate=16, spread=1.0)
 _sae_thr = dict(thr_update=1e-4, thr_model=1.1, thr_gap=2.0, thr_rule=1.5, thr_share=0.8,
-                thr_spectra=2.0, thr_noise=3.0, thr_angle=0.3, thr_closed=0.5)
+                thr_spectra=2.0, thr_noise=3.0, thr_angle=0.3, thr_closed=0.5, thr_basis=0.01)
 register("sae_gap",
          ci=_sae_model | dict(n_sentences=5000, lm_steps=300, lm_batch=32, n_held_sentences=2000,
                               n_windows=48, n_seeds=2, sae_steps=600, Ms=(1000, 2000, 4000, 8000),
-                              n_splits=4, n_boot=8, n_random=3, lambdas=(0.0, 1.0))
+                              n_splits=4, n_boot=8, n_random=3, lambdas=(0.0, 1.0),
+                              Ms_layer=(400, 800, 1600), n_splits_rate=8, n_dict_seeds=2)
             | _sae_thr | dict(thr_model=1.5),
          book=_sae_model | dict(n_sentences=20000, lm_steps=1000, lm_batch=32,
-                                n_held_sentences=4000, n_windows=128, n_seeds=3, sae_steps=1500,
+                                n_held_sentences=4000, n_windows=192, n_seeds=3, sae_steps=1500,
                                 Ms=(1500, 3000, 6000, 12000, 24000), n_splits=8, n_boot=20,
-                                n_random=10, lambdas=(0.0, 0.3, 1.0, 3.0)) | _sae_thr,
+                                n_random=10, lambdas=(0.0, 0.3, 1.0, 3.0),
+                                Ms_layer=(1000, 2000, 4000, 8000), n_splits_rate=30,
+                                n_dict_seeds=2) | _sae_thr,
          paper=_sae_model | dict(n_sentences=50000, lm_steps=5000, lm_batch=64,
                                  n_held_sentences=8000, n_windows=256, n_seeds=5, sae_steps=5000,
                                  Ms=(2000, 4000, 8000, 16000, 32000, 48000), n_splits=10,
-                                 n_boot=50, n_random=20, lambdas=(0.0, 0.1, 0.3, 1.0, 3.0, 10.0))
+                                 n_boot=50, n_random=20, lambdas=(0.0, 0.1, 0.3, 1.0, 3.0, 10.0),
+                                 Ms_layer=(1500, 3000, 6000, 12000), n_splits_rate=50,
+                                 n_dict_seeds=5)
             | _sae_thr)
 

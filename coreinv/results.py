@@ -135,6 +135,9 @@ class Claim:
     passed : bool
     required : bool
         A required claim that fails is a bug (`assert_required`); the others are findings.
+    testable : bool
+        False: the run cannot test the claim (e.g. it is out of the run's window); `passed` is then
+        False, and the scorecard says "not testable" rather than "does not hold".
     """
     id: str
     claim: str
@@ -143,10 +146,11 @@ class Claim:
     threshold: str
     passed: bool
     required: bool
+    testable: bool = True
 
 
 def check(id: str, measured: Any, passed: bool, threshold: str, required: bool = False,
-          paper_table: dict | None = None) -> Claim:
+          paper_table: dict | None = None, testable: bool = True) -> Claim:
     """A `Claim` for `id`: its text and paper value from `paper_values()`, and what we measured.
 
     Parameters
@@ -163,6 +167,9 @@ def check(id: str, measured: Any, passed: bool, threshold: str, required: bool =
         Whether failing it is a bug.
     paper_table : dict, optional
         The claims table (default `paper_values()`).
+    testable : bool
+        Whether this run can test the claim at all (say why in `threshold` and `measured`). A claim
+        that is not testable neither holds nor fails: pass `passed=False`.
 
     Returns
     -------
@@ -171,7 +178,8 @@ def check(id: str, measured: Any, passed: bool, threshold: str, required: bool =
     Raises
     ------
     ValueError
-        If `id` is not in the table, or `passed` is not a bool.
+        If `id` is not in the table, `passed` is not a bool, or a claim that is not testable is
+        required or said to pass.
     """
     table = paper_table if paper_table is not None else paper_values()
     if id not in table:
@@ -179,8 +187,11 @@ def check(id: str, measured: Any, passed: bool, threshold: str, required: bool =
                          f"(known: {', '.join(sorted(table))})")
     if not isinstance(passed, bool) and type(passed).__name__ != "bool_":
         raise ValueError(f"{id}: passed must be a bool computed by the check, got {passed!r}")
+    if not testable and (passed or required):
+        raise ValueError(f"{id}: a claim this run cannot test can neither pass nor be required "
+                         f"(passed={bool(passed)}, required={required})")
     return Claim(id=id, claim=table[id]["claim"], paper=table[id]["paper"], measured=measured,
-                 threshold=threshold, passed=bool(passed), required=required)
+                 threshold=threshold, passed=bool(passed), required=required, testable=bool(testable))
 
 
 def _fmt(x: Any) -> str:
@@ -434,13 +445,13 @@ def scorecard_rows(preset: str, root: Path | None = None) -> list[dict[str, str]
     -------
     list of dict
         Strings ready for a table; `kind` is 'required' or 'reported', `status` 'pass'/'FAIL' for a
-        required claim and 'holds'/'does not hold' for a reported one.
+        required claim and 'holds'/'does not hold'/'not testable' for a reported one.
     """
     rows = []
     for chapter, res in load_results(preset, root).items():
         for c in res.get("claims", []):
             status = ("pass" if c["passed"] else "FAIL") if c["required"] else \
-                     ("holds" if c["passed"] else "does not hold")
+                     ("holds" if c["passed"] else "does not hold" if c.get("testable", True) else "not testable")
             rows.append({"chapter": chapter, "id": c["id"], "claim": c["claim"],
                          "paper": _fmt(c["paper"]), "measured": _fmt(c["measured"]),
                          "threshold": c["threshold"],
@@ -482,7 +493,8 @@ def chapter_summaries(preset: str, root: Path | None = None) -> list[dict[str, A
     Returns
     -------
     list of dict
-        With `chapter`, `held`, `total`, `failed_required` (ids), `code_key`
+        With `chapter`, `held`, `total`, `untestable` (claims the run could not test),
+        `failed_required` (ids), `code_key`
         (`provenance()["key"]` at writing, None for files written before it was recorded),
         `written` and `wall_time_s`, in book order.
     """
@@ -490,6 +502,7 @@ def chapter_summaries(preset: str, root: Path | None = None) -> list[dict[str, A
     for chapter, res in load_results(preset, root).items():
         claims = res.get("claims", [])
         out.append({"chapter": chapter, "held": sum(bool(c["passed"]) for c in claims), "total": len(claims),
+                    "untestable": sum(not c.get("testable", True) for c in claims),
                     "failed_required": [c["id"] for c in claims if c["required"] and not c["passed"]],
                     "code_key": res.get("provenance", {}).get("key"), "written": res.get("written"),
                     "wall_time_s": float(res.get("wall_time_s") or 0.0)})

@@ -212,6 +212,38 @@ def test_core_at_bisection_agrees_with_a_sweep():
 
 
 
+def test_necessity_against_the_floor_on_a_planted_evaluator(monkeypatch):
+    """Necessity is judged against the floor (the whole `=` activation removed), not against chance.
+
+    A planted evaluator: the answer is carried on 3 directions, so removing k of them leaves
+    intact − (intact − floor) · min(k, 3)/3, and replacing the activation by its mean (k = 0 kept) leaves the
+    floor. With the floor at 0.5, far above 2/p = 0.29 (layer 1 re-reads a and b), the old absolute rule
+    never finds a necessary k (censored); the floor rule finds the planted 3. The twin: a bypassed position
+    (removing everything leaves 0.95) has no measurable necessity, and core_at says so instead of calling
+    k = 1 necessary."""
+    model, data, _, _ = _train_tiny(steps=1)
+    hook = "blocks.0.hook_resid_post"
+
+    def planted(floor, intact=1.0):
+        def make(model, hook, inputs, metric, pos=None):
+            def evaluate(core, mode="keep"):
+                if core is None: return intact
+                if mode == "keep": return floor if core.k == 0 else intact
+                return intact - (intact - floor) * min(core.k, 3) / 3
+            return evaluate
+        return make
+
+    monkeypatch.setattr(mod, "hook_evaluator", planted(0.5))
+    new = core_at(model, data, hook, split="train")
+    assert new.floor == 0.5 and new.ace_dims.k_necessary == 3 and new.pca_dims.k_necessary == 3
+    old = core_at(model, data, hook, split="train", level_nec=2 / data.p)
+    assert old.ace_dims.k_necessary is None and old.ace_dims.bounded("k_necessary")[1]     # censored
+    monkeypatch.setattr(mod, "hook_evaluator", planted(0.95))
+    bypassed = core_at(model, data, hook, split="train")
+    assert bypassed.level_nec is None and bypassed.ace_dims.k_necessary is None
+    assert bypassed.summary()["level_nec"] is None
+
+
 def test_paper_preset_dry_run():
     """The chapter's steps at the `paper` preset's sizes, on CPU: one training step of the main model, one
     core analysis (ACE on all p² pairs, a few k) with its shift operator, one sweep run of one step, and the

@@ -207,7 +207,9 @@ def build(preset: str = "book", results: Path | None = None, toc: Path | None = 
             bad = True
         else:
             failed_req = f"; REQUIRED FAILED: {', '.join(s['failed_required'])}" if s["failed_required"] else ""
-            print(f"  {chapter:<10} {s['held']} of {s['total']} claims hold ({s['wall_time_s']:.0f} s){failed_req}")
+            untestable = f", {s['untestable']} not testable" if s["untestable"] else ""
+            print(f"  {chapter:<10} {s['held']} of {s['total']} claims hold{untestable} "
+                  f"({s['wall_time_s']:.0f} s){failed_req}")
     for f in fresh:
         print(f"  execution failed, see {f.relative_to(out)}")
     print(f"book: {html / 'index.html'}")

@@ -119,13 +119,13 @@ def predict_tau(fit: dict, omega, p) -> np.ndarray:
 
 # %% ../../nbs/27_tasks_grokking_scaling.ipynb #e799ec91
 def _sweep_run(omega: float, p: int, seed: int, max_steps: int, train_frac: float, lr: float, betas, log_every: int,
-               level: float, model_kw: dict) -> dict:
+               level: float, model_kw: dict, train_kw: dict) -> dict:
     "One run of `grokking_sweep`: train until test accuracy ≥ `level` or `max_steps`; its row."
     data = modular_data(p, train_frac, seed=seed)
     model = make_modular_model(p, seed=seed, **model_kw)
     t0 = time.time()
     log, _ = train_modular(model, data, max_steps, lr=lr, weight_decay=omega, betas=betas, seed=seed,
-                           log_every=log_every, stop_at=level, progress=False)
+                           log_every=log_every, stop_at=level, progress=False, **train_kw)
     cols = log_columns(log)
     t = grokking_times(cols, level)
     return {"omega": omega, "p": p, "seed": seed, "tau_fit": t["tau_fit"], "tau_grok": t["tau_grok"],
@@ -136,7 +136,8 @@ def _sweep_run(omega: float, p: int, seed: int, max_steps: int, train_frac: floa
 
 def grokking_sweep(omegas, ps, seeds=(0,), *, max_steps: int, train_frac: float = 0.5, lr: float = 3e-3,
                    betas: tuple[float, float] = (0.9, 0.98), log_every: int = 10, level: float = 0.95,
-                   model_kw: dict | None = None, processes: int | None = None, progress: bool = True) -> list[dict]:
+                   model_kw: dict | None = None, processes: int | None = None, progress: bool = True,
+                   **train_kw) -> list[dict]:
     """Train one model per (ω, p, seed) until test accuracy ≥ `level` or `max_steps`; one row per run.
 
     Parameters
@@ -156,6 +157,9 @@ def grokking_sweep(omegas, ps, seeds=(0,), *, max_steps: int, train_frac: float 
     processes : int, optional
         As in `coreinv.train.map_processes` (the runs are independent; off the CPU, one after another here).
     progress : bool
+    **train_kw
+        Passed to `train_modular` (e.g. `grad_clip`, `loss_dtype`), so that the sweep trains as the main
+        runs do; not `schedule`: a run that stops when it groks has no length to schedule over.
 
     Returns
     -------
@@ -168,11 +172,15 @@ def grokking_sweep(omegas, ps, seeds=(0,), *, max_steps: int, train_frac: float 
     Raises
     ------
     ValueError
-        As `modular_data` and `make_modular_model`, on a bad p, `train_frac` or model size.
+        As `modular_data` and `make_modular_model`, on a bad p, `train_frac` or model size; or if
+        `train_kw` holds `schedule` or `stop_at`.
     """
+    if "schedule" in train_kw or "stop_at" in train_kw:
+        raise ValueError("grokking_sweep runs each model at a constant lr until it groks (stop_at=level): "
+                         "a schedule or another stop_at cannot be passed")
     model_kw = dict(model_kw or {})
     jobs = [dict(omega=float(w), p=int(p), seed=int(s), max_steps=max_steps, train_frac=train_frac, lr=lr,
-                 betas=betas, log_every=log_every, level=level, model_kw=model_kw)
+                 betas=betas, log_every=log_every, level=level, model_kw=model_kw, train_kw=train_kw)
             for p in ps for w in omegas for s in seeds]
     return map_processes(_sweep_run, jobs, processes, progress=progress, desc="sweep",
                          device=model_kw.get("device", "cpu"))

@@ -753,7 +753,8 @@ class LayerCore:
         Accuracy on `split` with the whole `=` activation replaced by its mean: the most any removal
         at this position can take away.
     level_nec : float or None
-        The accuracy a removal had to reach to count as necessary.
+        The accuracy a removal had to reach to count as necessary (None: necessity was not measurable,
+        see `core_at`).
     ace_pr, pca_pr : float
         Participation ratios of the two spectra (properties).
     """
@@ -811,7 +812,9 @@ def core_at(model, data: ModularData, hook: str, level_suff: float = 0.95, level
         (intact − floor): the removal takes away ≥ `nec_share` of what removing everything takes
         away. Later layers re-read a and b from their own positions, so the floor can sit above
         chance; an absolute threshold near chance (such as 2/p) is then reached only by accident, or
-        never.
+        never. When removing the whole activation takes away less than half of the margin over
+        chance (intact − floor < (intact − 1/p) / 2), the position is bypassed and necessity cannot be
+        measured there: no k qualifies (`k_necessary` None, censored) and `level_nec` is None.
     nec_share : float
         See `level_nec`.
     k_max : int, optional
@@ -845,14 +848,19 @@ def core_at(model, data: ModularData, hook: str, level_suff: float = 0.95, level
     test_acc = intact if split == "test" else hook_evaluator(model, hook, data.tokens[data.test].to(dev),
                                                              answer_accuracy(data.p), pos=-1)(None)
     floor = evaluate(mean_core(acts.double().mean(0)), "keep")          # the whole activation removed
-    level_nec = floor + (1 - nec_share) * (intact - floor) if level_nec is None else level_nec
+    if level_nec is None and intact - floor < (intact - 1 / data.p) / 2:  # bypassed: not measurable here
+        level_nec = None
+        nec_threshold = -math.inf
+    else:
+        level_nec = floor + (1 - nec_share) * (intact - floor) if level_nec is None else level_nec
+        nec_threshold = level_nec
     pca_sv = torch.linalg.svdvals(acts.double() - acts.double().mean(0))   # [min(p*p, d)]
     dims = {}
     for name, cores, rank in (("ace", ace.core, ace.rank_), ("pca", lambda k: pca_core(acts, k), acts.shape[1])):
         top = rank if k_max is None else min(rank, k_max)
         dims[name] = core_dims(evaluate, cores, range(1, top + 1), intact, 1 / data.p,
                                1 / data.p + level_suff * (intact - 1 / data.p),
-                               level_nec, thresholds="raw", higher_is_better=True, search="bisect",
+                               nec_threshold, thresholds="raw", higher_is_better=True, search="bisect",
                                progress=False)
     return LayerCore(hook, test_acc, dims["ace"], dims["pca"], ace.singular_values_.numpy(), pca_sv.numpy(),
                      ace, acts, split, intact, floor, level_nec)
