@@ -40,6 +40,10 @@ def _where(pos, B: int, T: int, device) -> Tensor:
         if pos.ndim != 1 or pos.shape[0] not in (1, B) or pos.is_floating_point():
             raise ValueError(f"pos start positions must be an integer tensor [batch={B}], got "
                              f"{tuple(pos.shape)} {pos.dtype}")
+        bad = pos[(pos < 0) | (pos >= T)]
+        if len(bad):
+            raise ValueError(f"pos start position {int(bad[0])} is outside 0 ≤ start < {T} (a start ≥ {T} would "
+                             "ablate nothing and a negative one everything)")
         return (torch.arange(T, device=device)[None, :] >= pos.to(device)[:, None])[:, :, None]
     mask = torch.zeros(1, T, 1, dtype=torch.bool, device=device)
     if isinstance(pos, slice):

@@ -94,3 +94,16 @@ def test_core_dims_progress_bar(capsys):
     assert "core_dims: 100%" in err and "6/6" in err
     core_dims(evaluate, lambda k: pca_core(acts, k), [1, 2, 3], intact, chance, progress=False)
     assert capsys.readouterr().err == ""
+
+
+def test_ablate_start_positions_are_bounds_checked():
+    "A start ≥ T would ablate nothing and a negative one everything: both are errors naming the value."
+    net = torch.nn.Sequential(torch.nn.Identity(), torch.nn.Linear(4, 3))
+    core = Core(torch.eye(4, dtype=torch.float64)[:, :2], torch.zeros(4, dtype=torch.float64))
+    x = torch.randn(3, 5, 4)
+    for bad, val in ((torch.tensor([0, 5, 1]), "5"), (torch.tensor([0, -1, 1]), "-1")):
+        with pytest.raises(ValueError, match=rf"start position {val} is outside 0 ≤ start < 5"):
+            with ablate(net, "0", core, "remove", pos=bad), torch.no_grad():
+                net(x)
+    with ablate(net, "0", core, "remove", pos=torch.tensor([0, 4, 2])), torch.no_grad():   # the edges are fine
+        net(x)

@@ -1,12 +1,16 @@
 """The agreement chapter's rulers (issue 24) on language models whose answer is planted by construction.
 
 `PlantedLM` is a word-level model of the agreement language, built (not trained) in milliseconds. At its
-layer "carry" the number of the sentence's first noun (the subject, for the constructions used here) is
+layer "carry" (the second of four: "embed", "carry", "mix", "read") the number of the sentence's first noun (the subject, for the constructions used here) is
 written on a known direction from the subject onward; its layer "read" is a causal mean over positions
 (later positions re-read earlier ones, as attention does), and every verb's singular − plural logit margin
 reads that direction, plus a small verb-specific nuisance. The one-direction model must pass one_dim,
 sufficient, necessary and flip; its twin carries number on two orthogonal directions (each subject noun
 with its own mix of both), each read by half of the verbs: it must fail one_dim at k = 1 and pass at k = 2.
+(It cannot fail necessary at k = 1: removing ACE's top direction, near the diagonal of the two, leaves
+residuals whose sign differs between the two kinds of noun, so the mean retained margin is near 0 already.
+A linear model whose two channels carry number redundantly carries it on one direction of the data,
+which is what ACE sees; tried here with shared gains and with per-token noise on both channels.)
 The old rulers (centred readout, ablation at the last token, whole-sentence parse) must get the first model wrong.
 """
 import warnings
@@ -48,17 +52,18 @@ class PlantedLM(nn.Module):
         self.nuis = torch.tensor([2 + i % (D - 2) for i in range(len(pairs))])
         self.V, self.a, self.b = V, a, b
         self.device_anchor = nn.Parameter(torch.zeros(1), requires_grad=False)    # the measures read the device
-        self.carry, self.read = nn.Identity(), nn.Identity()
-        self.hook_layers = ["carry", "read"]
+        self.embed, self.carry, self.mix, self.read = nn.Identity(), nn.Identity(), nn.Identity(), nn.Identity()
+        self.hook_layers = ["embed", "carry", "mix", "read"]
 
     def forward(self, tokens):                                     # [b, T] → [b, T, V]
         n = self.num[tokens]                                       # ±1 at nouns
         first = (n != 0) & ((n != 0).cumsum(1) == 1)               # the first noun
         s = (n * first).cumsum(1)                                  # its number, from it onward; 0 before
         g = (self.gains[tokens] * first[..., None]).sum(1, keepdim=True)    # [b, 1, 2]: its gains
-        h = self.E[tokens].clone()
+        h = self.embed(self.E[tokens].clone())                     # [b, T, D]: no number on e0, e1 yet
+        h = h.clone()
         h[..., :2] = h[..., :2] + s[..., None] * g
-        h = self.carry(h)                                          # [b, T, D]
+        h = self.mix(self.carry(h))                                # [b, T, D]: written at "carry", passed on
         r = self.read(h.cumsum(1) / torch.arange(1, h.shape[1] + 1, device=h.device)[None, :, None])
         m = self.a * r[..., self.reads] + self.b * r[..., self.nuis]          # [b, T, n_verbs]
         out = torch.zeros(*tokens.shape, self.V, dtype=h.dtype)
@@ -148,8 +153,8 @@ def test_flip_by_first_verb(planted):
         assert ceil > 0.8 and new["reversed"] >= 0.9 * ceil
         rand = ar.flip_first_verb(am, src, hook, random_core(axis.d, 1, axis.mean, seed=1), st, sample=sample)
         assert rand["reversed"] < 0.9 * ceil
-    old = ax.flip_generation(am, src, hook, axis)                   # whole sentences the grammar parses
-    assert old["reversed"] < 0.9                                      # the old ruler misses the flip
+    # The old whole-sentence ruler (ax.flip_generation) is not asserted here: the planted model never
+    # emits ".", so it would fail that ruler for that reason alone, not for the one the ruler gets wrong.
 
 
 def test_spearman_against_the_label():
@@ -201,3 +206,25 @@ def test_ace_warns_only_when_centring_removes_the_shared_part():
         ACE(center_outputs=False).fit(acts, same_sign)
         W = torch.randn(6, 4, generator=g, dtype=torch.float64)
         ACE().fit(acts, lambda h: h @ (W - W.mean(1, keepdim=True)))      # outputs that differ: no warning
+
+
+def test_layer_rule_picks_the_writing_layer_not_the_readout(planted):
+    """Number is written at "carry" (layer 1 of 4). Removing the axis there, at "mix" and at "read" takes
+    agreement away; at "read", the hook the output reads directly, it removes the readout direction itself.
+    The old rule (smallest retained margin, ties late) picks "read" and calls it late; the new one
+    (earliest at or below 0.1, the final hook left out) picks "carry"."""
+    ams, pairs = planted
+    am = ams["one"]
+    st, intact = ar.subject_starts(am, pairs), ax.margins(am, pairs)
+    ret = [ar.ablation_scores(am, pairs, h, ax.fit_axis(am, pairs, h).core(1), "remove", st, intact,
+                              n_boot=50)["retained"]["mean"] for h in am.layers]
+    assert ret[0] > 0.9 and max(ret[1:]) <= 0.1                        # embed keeps it; the rest remove it
+    old = min(range(len(ret)), key=lambda i: (ret[i], -i))
+    new = ar.choose_layer(ret, 0.1)
+    assert am.layers[old] == "read" and old >= len(ret) / 2             # old: the readout, "late"
+    assert am.layers[new["layer"]] == "carry" and new["reached"]
+    assert new["late_testable"] and not new["late"]                    # new: early, as planted
+    with pytest.raises(ValueError, match="≥ 2 layers"):
+        ar.choose_layer([0.0])
+    with pytest.raises(ValueError, match="finite"):
+        ar.choose_layer([0.5, float("nan"), 0.0])

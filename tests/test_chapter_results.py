@@ -105,7 +105,12 @@ RULES = {
             and all(m["random"][k] < S["thr_flip"] * m["ceiling"][k] for k in m["ace"])),
         "agreement.spearman": lambda m, S: (m["mean"] >= S["thr_spearman"]
                                             and m["excess_mean"] >= S["thr_spearman_excess"]),
-        "agreement.late": lambda m, S: sum(m["upper_half"].values()) / len(m["upper_half"]) > 0.5,
+        # issue 24 review: the earliest layer (the last hook, read by the unembedding, left out) whose removal leaves
+        # ≤ thr_margin of the margin; upper_half holds only the models whose candidates span both halves (≥ 4
+        # layers); with none, the claim is not testable and is stored as not passed
+        "agreement.late": lambda m, S: (bool(m["upper_half"])
+                                        and sum(m["upper_half"].values()) / len(m["upper_half"]) > 0.5
+                                        and all(c < n - 1 for c, n in zip(m["chosen"].values(), m["n_layers"].values()))),
     },
 }
 

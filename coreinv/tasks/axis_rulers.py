@@ -22,7 +22,7 @@ from .axis import AgreementModel, _generate, _signs, margins
 
 # %% auto #0
 __all__ = ['UNTRAINED', 'subject_index', 'subject_starts', 'retention', 'construction_groups', 'ablation_scores', 'necessary_k',
-           'partial_labels', 'flip_first_verb', 'spearman_vs_label']
+           'choose_layer', 'partial_labels', 'flip_first_verb', 'spearman_vs_label']
 
 # %% ../../nbs/28_agreement_rulers.ipynb #37e06c7b
 UNTRAINED = ("within_obj_rc",)
@@ -241,6 +241,46 @@ def necessary_k(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str, ace
             k_nec = k
             break
     return dict(k=k_nec, per_k=per)
+
+
+# %% ../../nbs/28_agreement_rulers.ipynb #c7a1e0b2
+def choose_layer(retained: Sequence[float], thr: float = 0.1) -> dict:
+    """The layer rule: the earliest layer, read by a later one, whose removal leaves a retained margin ≤ `thr`.
+
+    The last entry of `retained` is the model's final hook, read directly by the unembedding; it is
+    never chosen (removing the readout direction there removes agreement at any model). Among the
+    others the earliest at or below `thr` is chosen; if none is, the one with the smallest retained
+    margin (a tie goes to the earlier).
+
+    Parameters
+    ----------
+    retained : sequence of float [n_layers]
+        Per layer, in order, the mean retained signed margin with the 1-D axis removed from the subject on.
+    thr : float
+        The retained margin at or below which the removal takes agreement away.
+
+    Returns
+    -------
+    dict with `layer` (int), `reached` (whether its retained margin is ≤ `thr`), `n_layers`,
+    `late` (the layer is in the upper half, index ≥ n_layers / 2) and `late_testable` (the candidates,
+    layers 0 … n_layers − 2, include layers of both halves).
+
+    Raises
+    ------
+    ValueError
+        If there are fewer than two layers (no layer has one after it) or a retained margin is not finite.
+    """
+    r = np.asarray(retained, dtype=float)
+    n = len(r)
+    if r.ndim != 1 or n < 2:
+        raise ValueError(f"choose_layer needs the retained margins of ≥ 2 layers (the last is never chosen), got {n}")
+    if not np.isfinite(r).all():
+        raise ValueError(f"retained margins must be finite, got {r.tolist()}")
+    cand = r[:-1]
+    hit = np.flatnonzero(cand <= thr)
+    layer = int(hit[0]) if len(hit) else int(np.argmin(cand))       # argmin: the earliest of a tie
+    return dict(layer=layer, reached=bool(len(hit)), n_layers=n, late=bool(layer >= n / 2),
+                late_testable=bool(n - 2 >= n / 2))
 
 
 # %% ../../nbs/28_agreement_rulers.ipynb #ec13f9ab
