@@ -89,13 +89,9 @@ def span_residual_features(FX, FY, U=None, train=None, test=None, rtol: float = 
     U = np.zeros((n, 0)) if U is None else np.asarray(U, dtype=np.float64).reshape(n, -1)
     if not (np.isfinite(FX).all() and np.isfinite(FY).all() and np.isfinite(U).all()):
         raise ValueError("the features or controls hold NaN or infinite values")
-    if test is not None and train is None:
-        raise ValueError("test rows given without train rows: pass both (or train alone for the "
-                         "in-sample value)")
-    if test is not None and np.intersect1d(np.asarray(train), np.asarray(test)).size:
-        raise ValueError(f"train and test rows overlap "
-                         f"({np.intersect1d(np.asarray(train), np.asarray(test)).size} shared rows): "
-                         "an out-of-sample score needs disjoint rows")
+    if test is not None and (train is None or np.intersect1d(train, test).size):
+        raise ValueError("test rows given without train rows" if train is None else "train and test rows "
+                         "overlap: an out-of-sample score needs disjoint rows")
     train = np.arange(n) if train is None else np.asarray(train)
     test = train if test is None else np.asarray(test)
     live = FX[train].std(0) > 1e-12 * np.maximum(np.abs(FX[train]).max(0), 1e-300)   # [r] non-constant
@@ -217,13 +213,11 @@ def span_residual(dictionary, X, U, Y, train=None, test=None, fit_dictionary: bo
     Raises
     ------
     ValueError
-        On malformed input (see `span_residual_features`), or if only one of train and test is
-        given.
+        On malformed input (see `span_residual_features`), or only one of train and test.
     """
     X, U, Y = _check_triples(X, U, Y)
     if (train is None) != (test is None):
-        raise ValueError("pass both train and test rows, or neither (then one random half each); "
-                         f"got {'train' if test is None else 'test'} alone")
+        raise ValueError("pass both train and test rows, or neither (then one random half each)")
     if train is None:
         train, test = split_rows(X.shape[0], 0.5, seed=0)
     d = dictionary
@@ -369,8 +363,7 @@ def gap_cut(eigvals, error: float, factor: float = 3.0, k_max: int | None = None
 
     The rule that picks how many eigenvalues the rate compares, fixed before measuring: a cut
     inside a cluster (gap below the estimation error) lets the two halves of a split keep different
-    top-k sets. A conjugate pair has a zero gap, so it is never split (the test is strict, so this
-    holds at error = 0 too).
+    top-k sets. A conjugate pair has a zero gap, so it is never split (even at error = 0: ">").
 
     Parameters
     ----------
@@ -568,8 +561,7 @@ def restricted_edit(edit, n_pos: int, skip=(0,), scale: float = 1.0):
     n_pos : int
     skip : sequence of int
     scale : float in [0, 1]
-        Above 1 the change is no longer a removal (a projection scaled past itself is an amplified
-        reflection), so it is refused.
+        Above 1 a removal becomes an amplified reflection, so it is refused.
 
     Returns
     -------
