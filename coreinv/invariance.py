@@ -78,8 +78,9 @@ def span_residual_features(FX, FY, U=None, train=None, test=None, rtol: float = 
     Raises
     ------
     ValueError
-        On shapes that disagree, non-finite values, no non-constant feature, or a test set too
-        small to estimate the target covariance.
+        On shapes that disagree, non-finite values, no non-constant feature, a test set too
+        small to estimate the target covariance, `test` given without `train`, or train and test
+        rows that overlap.
     """
     FX, FY = np.asarray(FX, dtype=np.float64), np.asarray(FY, dtype=np.float64)
     n = FX.shape[0]
@@ -88,6 +89,9 @@ def span_residual_features(FX, FY, U=None, train=None, test=None, rtol: float = 
     U = np.zeros((n, 0)) if U is None else np.asarray(U, dtype=np.float64).reshape(n, -1)
     if not (np.isfinite(FX).all() and np.isfinite(FY).all() and np.isfinite(U).all()):
         raise ValueError("the features or controls hold NaN or infinite values")
+    if test is not None and (train is None or np.intersect1d(train, test).size):
+        raise ValueError("test rows given without train rows" if train is None else "train and test rows "
+                         "overlap: an out-of-sample score needs disjoint rows")
     train = np.arange(n) if train is None else np.asarray(train)
     test = train if test is None else np.asarray(test)
     live = FX[train].std(0) > 1e-12 * np.maximum(np.abs(FX[train]).max(0), 1e-300)   # [r] non-constant
@@ -196,7 +200,8 @@ def span_residual(dictionary, X, U, Y, train=None, test=None, fit_dictionary: bo
     X, Y : array or Tensor [n, D]
     U : array or Tensor [n, D_u], or None
     train, test : index arrays, optional
-        Default: one random half each (`split_rows(n, 0.5, seed=0)`).
+        Both or neither; default: one random half each (`split_rows(n, 0.5, seed=0)`). They must
+        not overlap.
     fit_dictionary : bool, default True
         False to use an already fitted dictionary as it is (then fit it on train rows only).
     rtol : float
@@ -208,10 +213,12 @@ def span_residual(dictionary, X, U, Y, train=None, test=None, fit_dictionary: bo
     Raises
     ------
     ValueError
-        On malformed input (see `span_residual_features`).
+        On malformed input (see `span_residual_features`), or only one of train and test.
     """
     X, U, Y = _check_triples(X, U, Y)
-    if train is None or test is None:
+    if (train is None) != (test is None):
+        raise ValueError("pass both train and test rows, or neither (then one random half each)")
+    if train is None:
         train, test = split_rows(X.shape[0], 0.5, seed=0)
     d = dictionary
     if fit_dictionary:
@@ -352,11 +359,11 @@ class LeastSquaresRealisation:
 
 # %% ../nbs/34_invariance.ipynb #ddd5c677
 def gap_cut(eigvals, error: float, factor: float = 3.0, k_max: int | None = None) -> int | None:
-    """The largest k ≤ k_max whose modulus gap |λ_k| − |λ_{k+1}| is ≥ factor × error (None if none).
+    """The largest k ≤ k_max whose modulus gap |λ_k| − |λ_{k+1}| is > factor × error (None if none).
 
     The rule that picks how many eigenvalues the rate compares, fixed before measuring: a cut
     inside a cluster (gap below the estimation error) lets the two halves of a split keep different
-    top-k sets. A conjugate pair has a zero gap, so it is never split.
+    top-k sets. A conjugate pair has a zero gap, so it is never split (even at error = 0: ">").
 
     Parameters
     ----------
@@ -381,7 +388,7 @@ def gap_cut(eigvals, error: float, factor: float = 3.0, k_max: int | None = None
         raise ValueError(f"error must be ≥ 0 and factor > 0, got {error} and {factor}")
     m = np.sort(np.abs(np.asarray(eigvals).ravel()))[::-1]            # moduli, largest first
     k_max = len(m) - 1 if k_max is None else min(k_max, len(m) - 1)
-    ok = [k for k in range(1, k_max + 1) if m[k - 1] - m[k] >= factor * error]
+    ok = [k for k in range(1, k_max + 1) if m[k - 1] - m[k] > factor * error]
     return max(ok) if ok else None
 
 
@@ -553,12 +560,20 @@ def restricted_edit(edit, n_pos: int, skip=(0,), scale: float = 1.0):
     edit : callable [m, D] → [m, D]
     n_pos : int
     skip : sequence of int
-    scale : float
+    scale : float in [0, 1]
+        Above 1 a removal becomes an amplified reflection, so it is refused.
 
     Returns
     -------
     callable [n, D] → [n, D]
+
+    Raises
+    ------
+    ValueError
+        If scale is outside [0, 1].
     """
+    if not 0 <= scale <= 1:
+        raise ValueError(f"scale must be in [0, 1] (a scaled-up removal is a reflection), got {scale}")
     skip = np.asarray(skip, dtype=int)
 
     def f(H):

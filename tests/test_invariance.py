@@ -157,3 +157,70 @@ def test_cv_readout_is_honest_and_edits_are_matched_and_spare_bos():
     assert np.isclose(removed_rms(e, Z), 0.5 * removed_rms(restricted_edit(lambda H: H * 0, 5), Z))
     with pytest.raises(ValueError, match="varying"):
         cv_ridge_readout(H, np.ones(120))
+
+
+def test_train_and_test_must_come_together_and_not_overlap():
+    X, U, Y = slow_manifold_system(400, noise=0.3, seed=0)
+    tr, te = split_rows(400, 0.5, seed=0)
+    with pytest.raises(ValueError, match="both train and test"):
+        span_residual(Fixed(), X, U, Y, train=tr)
+    with pytest.raises(ValueError, match="both train and test"):
+        span_residual(Fixed(), X, U, Y, test=te)
+    with pytest.raises(ValueError, match="overlap"):
+        span_residual(Fixed(), X, U, Y, train=tr, test=np.r_[te, tr[:3]])
+    F = np.random.default_rng(0).standard_normal((40, 3))
+    with pytest.raises(ValueError, match="without train"):
+        span_residual_features(F, F, None, test=np.arange(20))
+    with pytest.raises(ValueError, match="overlap"):
+        span_residual_features(F, F, None, np.arange(25), np.arange(20, 40))
+    span_residual(Fixed(), X, U, Y, train=tr, test=te)                    # disjoint: accepted
+
+
+def test_gap_cut_at_zero_error_never_splits_a_conjugate_pair():
+    ev = np.array([0.9, 0.5 + 0.1j, 0.5 - 0.1j])
+    assert gap_cut(ev, 0.0, k_max=2) == 1                           # ">=" would cut inside the pair (k = 2)
+    assert gap_cut(np.array([0.9 + 0.1j, 0.9 - 0.1j]), 0.0) is None
+
+
+def test_restricted_edit_refuses_a_scale_above_one():
+    from coreinv.invariance import restricted_edit
+    with pytest.raises(ValueError, match="reflection"):
+        restricted_edit(lambda H: H * 0, 5, scale=2.9)
+    with pytest.raises(ValueError, match="reflection"):
+        restricted_edit(lambda H: H * 0, 5, scale=-0.1)
+
+
+def _planted_intervention(readout_on_slow: bool, d: int = 3, seed: int = 0):
+    """x' = A x + B u with two slow modes (0.95, 0.9) and six fast ones (≤ 0.2); the readout d steps on is
+    c·A^d x. Rank-matched removals (k = 2, never scaled): the leading Koopman modes vs random 2-dim subspaces."""
+    from coreinv.invariance import leading_mode_indices, removed_rms, restricted_edit
+    from coreinv.koopman import EDMDc, project_out
+    rng = np.random.default_rng(seed)
+    D = 8
+    V = rng.standard_normal((D, D))
+    lam = np.array([0.95, 0.9, 0.2, 0.15, 0.1, 0.08, 0.05, 0.03])
+    A = V @ np.diag(lam) @ np.linalg.inv(V)
+    B = 0.1 * rng.standard_normal((D, 2))
+    X, U = rng.standard_normal((4000, D)), rng.standard_normal((4000, 2))
+    Y = X @ A.T + U @ B.T + 0.01 * rng.standard_normal((4000, D))
+    c = rng.standard_normal(D)
+    if not readout_on_slow:                                         # the twin: c ⟂ the slow right eigenvectors
+        Q = np.linalg.qr(V[:, :2])[0]
+        c = c - Q @ (Q.T @ c)
+    read = lambda H: H @ np.linalg.matrix_power(A, d).T @ c
+    m = EDMDc(PCADictionary(D, constant=False), progress=False).fit(X, U, Y)
+    idx, k = leading_mode_indices(m, 2)
+    assert k == 2
+    effect = lambda e: float(np.sqrt(np.mean((read(e(X)) - read(X)) ** 2)) / read(X).std())
+    modes = lambda H: m.intervene(H, idx)
+    rand = [project_out(np.random.default_rng(100 + s).standard_normal((D, k))) for s in range(20)]
+    for e in rand + [modes]:
+        assert removed_rms(restricted_edit(e, 2, skip=()), X) > 0
+    return effect(modes), float(np.mean([effect(e) for e in rand]))
+
+
+def test_planted_intervention_removing_true_modes_beats_random_and_the_twin_reverses():
+    mod, rnd = _planted_intervention(readout_on_slow=True)
+    assert mod > 1.5 * rnd, (mod, rnd)                               # the slow modes carry the readout
+    mod, rnd = _planted_intervention(readout_on_slow=False)
+    assert mod < 0.5 * rnd, (mod, rnd)                               # twin: the readout ignores them
