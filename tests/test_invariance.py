@@ -7,7 +7,7 @@ import pytest
 from coreinv.dictionaries import Dictionary, IdentityDictionary, PCADictionary, RandomProjectionDictionary
 from coreinv.invariance import (SparseReLUDictionary, gap_cut, rate_fit, slow_manifold_system, span_residual,
                                 span_residual_features, split_rows)
-from coreinv.koopman import invariance_residual, linear_control_system
+from coreinv.koopman import invariance_residual, linear_control_system, spectral_distance
 
 lift = lambda Z: np.c_[Z, Z[:, 0] ** 2]                          # (x1, x2, x1^2): closed under the map
 
@@ -224,3 +224,43 @@ def test_planted_intervention_removing_true_modes_beats_random_and_the_twin_reve
     assert mod > 1.5 * rnd, (mod, rnd)                               # the slow modes carry the readout
     mod, rnd = _planted_intervention(readout_on_slow=False)
     assert mod < 0.5 * rnd, (mod, rnd)                               # twin: the readout ignores them
+
+
+def _planted_realisation(moduli, n, noise, seed):
+    "x' = A x + B u + noise with A = Q diag(moduli) Qᵀ (a rotation block for the first pair), Q orthogonal."
+    rng = np.random.default_rng(seed)
+    D = len(moduli)
+    A = np.diag(np.asarray(moduli, float))
+    c, s = np.cos(0.3), np.sin(0.3)
+    A[:2, :2] = moduli[0] * np.array([[c, -s], [s, c]])               # a conjugate pair at the top
+    Q = np.linalg.qr(np.random.default_rng(1000).standard_normal((D, D)))[0]
+    A, B = Q @ A @ Q.T, np.random.default_rng(1001).standard_normal((D, 2))
+    X, U = rng.standard_normal((n, D)), rng.standard_normal((n, 2))
+    return X, U, X @ A.T + U @ B.T + noise * rng.standard_normal((n, D))
+
+
+def test_gap_rule_then_rate_end_to_end_on_a_planted_spectrum_and_a_twin_without_a_gap():
+    """The chapter's recipe on a realisation whose spectrum is known: the error is the split-half distance of
+    the top k_max eigenvalues on the full data, the cut is `gap_cut`, the slope is `rate_fit` at that cut.
+    Planted: four slow modes (a pair at 0.9, then 0.5 and 0.45) above four fast ones (≤ 0.1): the cut must
+    land at k = 4 and the interval cover −1/2 (30 seeded runs). Twin: moduli 0.02 apart, no gap of 3 × the
+    error: no cut (not testable)."""
+    slow = [0.9, 0.9, 0.5, 0.45, 0.1, 0.08, 0.05, 0.02]
+    even = [0.9, 0.9, 0.88, 0.86, 0.84, 0.82, 0.8, 0.78]             # gaps of 0.02, below 3 × the error
+    cuts, cover, twin_cuts = [], [], []
+    for s in range(30):
+        X, U, Y = _planted_realisation(slow, 4000, 0.5, seed=s)
+        h = 2000
+        err = spectral_distance(LS().fit(X[:h], U[:h], Y[:h]), LS().fit(X[h:], U[h:], Y[h:]), 6)
+        k = gap_cut(LS().fit(X, U, Y).eigvals_, err, factor=3.0, k_max=6)
+        cuts.append(k)
+        if k:
+            r = rate_fit(X, U, Y, [500, 1000, 2000, 4000], LS, k=k, n_splits=8, seed=s)
+            cover.append(r.ci[0] <= -0.5 <= r.ci[1])
+        if s < 10:
+            X, U, Y = _planted_realisation(even, 4000, 0.5, seed=s)
+            err = spectral_distance(LS().fit(X[:h], U[:h], Y[:h]), LS().fit(X[h:], U[h:], Y[h:]), 6)
+            twin_cuts.append(gap_cut(LS().fit(X, U, Y).eigvals_, err, factor=3.0, k_max=6))
+    assert np.mean([k == 4 for k in cuts]) >= 0.9, cuts
+    assert len(cover) >= 27 and np.mean(cover) >= 0.9, np.mean(cover)
+    assert sum(k is None for k in twin_cuts) >= 9, twin_cuts         # no gap of that size: no rate
