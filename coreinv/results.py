@@ -11,6 +11,7 @@ import math
 import os
 import platform
 import re
+import textwrap
 import time
 from dataclasses import asdict, dataclass
 from importlib import metadata
@@ -23,8 +24,8 @@ from .runtime import device
 
 # %% auto #0
 __all__ = ['RESULTS_ENV', 'CHAPTERS', 'results_root', 'paper_values', 'pilot_record', 'Claim', 'check', 'assert_required',
-           'notebook_hash', 'chapter_notebook', 'provenance', 'write_results', 'load_results', 'scorecard_rows',
-           'results_for', 'chapter_summaries', 'stale_results']
+           'claim_status', 'print_claims', 'notebook_hash', 'chapter_notebook', 'provenance', 'write_results',
+           'load_results', 'scorecard_rows', 'results_for', 'chapter_summaries', 'stale_results']
 
 # %% ../nbs/01_results.ipynb #0533ddd3
 RESULTS_ENV = "COREINV_RESULTS_DIR"
@@ -223,6 +224,51 @@ def assert_required(claims: list[Claim]) -> None:
     if bad:
         lines = "\n".join(f"  {c.id}: measured {_fmt(c.measured)}, threshold {c.threshold}" for c in bad)
         raise AssertionError(f"{len(bad)} required claim(s) failed:\n{lines}")
+
+
+def claim_status(claim: Claim | dict) -> str:
+    """A claim's verdict in words: 'pass'/'FAIL' when required, else 'holds', 'does not hold' or 'not testable'.
+
+    Parameters
+    ----------
+    claim : Claim or dict
+        A `Claim`, or one read back from a results file (`load_results`).
+
+    Returns
+    -------
+    str
+    """
+    get = claim.get if isinstance(claim, dict) else lambda k, d=None: getattr(claim, k, d)
+    if get("required"):
+        return "pass" if get("passed") else "FAIL"
+    if get("passed"):
+        return "holds"
+    return "does not hold" if get("testable", True) else "not testable"
+
+
+def print_claims(claims: list[Claim], width: int = 79) -> None:
+    """Print each claim's id, kind and verdict, then its threshold and measurement, wrapped at `width`.
+
+    The chapters' one way of showing their claims (the scorecard shows the same verdicts, by
+    `claim_status`).
+
+    Parameters
+    ----------
+    claims : list of Claim
+    width : int
+        Columns to wrap at (the book's output boxes show about 80).
+
+    Returns
+    -------
+    None
+    """
+    fill = lambda label, text: textwrap.fill(f"{label}: {text}", width, initial_indent="  ",
+                                             subsequent_indent="    ")
+    for c in claims:
+        kind = "required" if c.required else "reported"
+        print(f"{c.id:24s} {kind:9s} {claim_status(c)}")
+        print(fill("threshold", c.threshold))
+        print(fill("measured", _fmt(c.measured)))
 
 # %% ../nbs/01_results.ipynb #5a4fe641
 def _pinned_names() -> list[str]:
@@ -450,8 +496,7 @@ def scorecard_rows(preset: str, root: Path | None = None) -> list[dict[str, str]
     rows = []
     for chapter, res in load_results(preset, root).items():
         for c in res.get("claims", []):
-            status = ("pass" if c["passed"] else "FAIL") if c["required"] else \
-                     ("holds" if c["passed"] else "does not hold" if c.get("testable", True) else "not testable")
+            status = claim_status(c)
             rows.append({"chapter": chapter, "id": c["id"], "claim": c["claim"],
                          "paper": _fmt(c["paper"]), "measured": _fmt(c["measured"]),
                          "threshold": c["threshold"],
