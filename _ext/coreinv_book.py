@@ -15,8 +15,11 @@ its public functions; nothing else re-implements them.
    would show (the final state), not one line per update. Figures: the kernels that execute the
    book always draw with the inline backend, whatever `MPLBACKEND` the caller exported.
 4. Re-execution when the code changes. Jupyter Book's cache keys a notebook on its own cells only.
-   Here the cache is also keyed on `coreinv.results.provenance()` (the library's source, the
-   installed packages) and on the device: when that key changes, every notebook is re-executed.
+   Here each cached notebook is also keyed on the code it runs (`execution_key`): a chapter
+   (`nbs/chapters/X.ipynb`) on `coreinv.results.provenance(X)` (the modules it imports, its preset
+   table, the installed packages), any other page on the whole package's `provenance()`, each with
+   the device. The keys of the cached notebooks are kept beside the cache (`KEY_FILE`); a notebook
+   whose key changed is dropped from the cache and re-executed, the others are read from it.
 5. The scorecard. The `{scorecard}` directive renders `coreinv.results.scorecard_rows` at
    build time, after every chapter has been read (and so executed), so no measured number
    is typed into a page by hand.
@@ -30,9 +33,9 @@ its public functions; nothing else re-implements them.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
-import shutil
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path, PurePosixPath
 
@@ -48,7 +51,7 @@ from coreinv.runtime import has_gpu
 LOGGER = logging.getLogger(__name__)
 SKIP_TAG = "skip-execution"  # nbclient's default `skip_cells_with_tag`
 INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
-KEY_FILE = "coreinv-code-key"
+KEY_FILE = "coreinv-code-keys.json"
 _DIRECTIVE = re.compile(r"^\s*#\|")
 _HIDE = re.compile(r"^\s*#\|\s*(hide|exporti|exec_doc)\s*$")  # cells nbdev keeps out of docs
 _SHOW_DOC = re.compile(r"^\s*show_doc\(")  # a show_doc cell shows its output (the signature) only
@@ -198,37 +201,68 @@ def _squash_stream_outputs(app, doctree) -> None:
 
 
 # 4. Re-execution when the code changes ----------------------------------------------------
-def execution_key() -> str:
-    "The key that the book's notebook cache is valid for: the code's provenance and the device."
-    from coreinv.results import provenance
-    return f"{provenance()['key']}-{'gpu' if has_gpu() else 'cpu'}"
+def execution_key(path: str | Path | None = None) -> str:
+    """The key a notebook's cached outputs are valid for: the provenance of the code it runs, and the device.
+
+    A chapter notebook (`.../chapters/<name>.ipynb`, `name` one of `coreinv.results.CHAPTERS`) keys on its
+    own code, `provenance(name)`; any other notebook (or `path=None`) on the whole package's."""
+    from coreinv.results import CHAPTERS, provenance
+    p = Path(path) if path is not None else None
+    chapter = p.stem if p is not None and p.parent.name == "chapters" and p.stem in CHAPTERS else None
+    return f"{provenance(chapter)['key']}-{'gpu' if has_gpu() else 'cpu'}"
 
 
-def _invalidate_cache_on_new_code(app) -> None:
+def read_keys(cache: Path) -> dict[str, str] | None:
+    "The keys recorded for the notebooks in `cache` ({uri: key}); None when none can be trusted (no file, old format)."
+    try:
+        keys = json.loads((Path(cache) / KEY_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return keys if isinstance(keys, dict) else None
+
+
+def write_keys(cache: Path) -> dict[str, str]:
+    """Record the current `execution_key` of every notebook in the jupyter cache at `cache`.
+
+    Called when a build ends: every notebook cached by then either kept its key (checked when the build
+    began) or was executed by this build's code."""
+    from jupyter_cache import get_cache
+    keys = {r.uri: execution_key(r.uri) for r in get_cache(cache).list_cache_records()}
+    (Path(cache) / KEY_FILE).write_text(json.dumps(keys, indent=1, sort_keys=True) + "\n")
+    return keys
+
+
+def _drop_stale_notebooks(app) -> None:
+    "Drop from the cache each notebook whose code key changed; Sphinx re-reads it (`_outdated`)."
     config = app.env.mystnb_config
-    app.env.coreinv_rerun_all = False
+    app.env.coreinv_rerun = []
     if config.execution_mode != "cache":
         return
-    cache = Path(config.execution_cache_path)
-    key, key_file = execution_key(), cache / KEY_FILE
-    old = key_file.read_text().strip() if key_file.exists() else None
-    if old == key:
-        return
-    if cache.exists():
-        LOGGER.info(f"coreinv: code key {old} -> {key}: dropping the notebook cache, "
-                    "every notebook is re-executed")
-        shutil.rmtree(cache)
-    cache.mkdir(parents=True, exist_ok=True)
-    key_file.write_text(key + "\n")
-    app.env.coreinv_rerun_all = old is not None
+    from jupyter_cache import get_cache
+    cache_path = Path(config.execution_cache_path)
+    old = read_keys(cache_path) if cache_path.exists() else {}
+    cache = get_cache(cache_path)
+    dropped = []
+    for record in cache.list_cache_records():
+        if old is None or old.get(record.uri) != execution_key(record.uri):
+            cache.remove_cache(record.pk)
+            dropped.append(record.uri)
+    if dropped:
+        LOGGER.info(f"coreinv: {len(dropped)} cached notebook(s) ran other code: re-executed "
+                    f"({', '.join(sorted(Path(u).stem for u in dropped))})")
+    app.env.coreinv_rerun = [d for d in (app.env.path2doc(u) for u in dropped) if d]
+
+
+def _record_keys(app, exception) -> None:
+    config = app.env.mystnb_config
+    if config.execution_mode == "cache" and Path(config.execution_cache_path).exists():
+        write_keys(Path(config.execution_cache_path))
 
 
 def _outdated(app, env, added, changed, removed):
-    "Re-read pages with a scorecard always; re-read every notebook when the code key changed."
+    "Re-read pages with a scorecard always, and every notebook dropped from the cache."
     docs = [d for d in env.found_docs if "scorecard" in d]
-    if getattr(env, "coreinv_rerun_all", False):
-        docs += [d for d in env.found_docs if str(env.doc2path(d)).endswith(".ipynb")]
-    return docs
+    return docs + [d for d in getattr(env, "coreinv_rerun", []) if d in env.found_docs]
 
 
 # 5. The scorecard --------------------------------------------------------------------------
@@ -357,7 +391,8 @@ def setup(app):
     app.add_node(scorecard_placeholder)
     app.add_directive("scorecard", ScorecardDirective)
     app.connect("config-inited", _use_our_reader)
-    app.connect("builder-inited", _invalidate_cache_on_new_code, priority=900)  # after myst-nb's
+    app.connect("builder-inited", _drop_stale_notebooks, priority=900)  # after myst-nb's
+    app.connect("build-finished", _record_keys)
     app.connect("doctree-read", _tidy_cell_sources)
     app.connect("doctree-read", _note_unexecuted_gpu_cells)
     app.connect("doctree-read", _squash_stream_outputs)

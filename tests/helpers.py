@@ -123,7 +123,7 @@ def seed_build(src: Path, page: str, run) -> None:
     from jupyter_cache import get_cache
     from jupyter_cache.base import CacheBundleIn
     sys.path.insert(0, str(REPO / "_ext"))
-    from coreinv_book import KEY_FILE, execution_key, read_notebook
+    from coreinv_book import read_notebook, write_keys
     path = src / f"{page}.ipynb"
     nb = read_notebook(path.read_text(encoding="utf-8"))  # as the book reads it (gpu cells tagged to skip)
     assert len(nb.cells) == len(run.notebook.cells), f"{page} is not the notebook nbval ran"
@@ -132,7 +132,7 @@ def seed_build(src: Path, page: str, run) -> None:
             cell.outputs, cell.execution_count = done.outputs, done.execution_count
     cache = src / "_build" / ".jupyter_cache"
     get_cache(cache).cache_notebook_bundle(CacheBundleIn(nb, str(path)), check_validity=False, overwrite=True)
-    (cache / KEY_FILE).write_text(execution_key() + "\n")  # else the build drops the cache as stale
+    write_keys(cache)  # else the build drops the notebook as stale
     name = Path(page).name
     dest = src / "_build" / "results" / "ci"
     dest.mkdir(parents=True, exist_ok=True)
