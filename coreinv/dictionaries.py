@@ -251,6 +251,12 @@ class SpectralDictionary(Dictionary):
     ridge : float, default 1e-8
         Ridge of the first fit.
     constant : bool, default True
+    drop_constant : bool, default False
+        Skip eigenfunctions that are constant on X (the λ = 1 eigenfunction of a base with a
+        constant feature), so that the r kept features are r non-constant ones and the dictionary
+        has the rank of any other r-feature dictionary with a constant. With the default, that
+        eigenfunction is one of the r (and a dictionary with a constant then holds r − 1
+        non-constant features).
 
     Attributes
     ----------
@@ -268,8 +274,9 @@ class SpectralDictionary(Dictionary):
     fit_requires_dynamics = True
 
     def __init__(self, n_components: int, base=None, rank: int | None = None, ridge: float = 1e-8,
-                 constant: bool = True):
+                 constant: bool = True, drop_constant: bool = False):
         self.n_components, self.base, self.rank, self.ridge, self.constant = n_components, base, rank, ridge, constant
+        self.drop_constant = drop_constant
 
     def _fit(self, X, y=None):
         if y is None:
@@ -283,9 +290,13 @@ class SpectralDictionary(Dictionary):
             raise ValueError(f"n_components must be in 1..{rank} (the rank of the first fit), "
                              f"got {self.n_components}")
         m = EDMDc(base, rank=rank, ridge=self.ridge).fit(X, U, Y)
+        F0 = m.dictionary_.transform(X) @ (m.basis_ if m.basis_ is not None else 1.0)   # [n, rank]
+        flat = lambda f: f.std() <= 1e-6 * max(np.sqrt(np.mean(f ** 2)), 1e-300)         # constant on X
         cols, picked = [], []
         for i, lam in enumerate(m.eigvals_):             # decreasing modulus
             w = m.left_eigvecs_[:, i].conj()             # φ_i(x) = w_iᴴ Ψ(x) = Ψ(x) @ conj(w_i)
+            if self.drop_constant and abs(lam.imag) <= 1e-12 * max(abs(lam), 1e-300) and flat(F0 @ w.real):
+                continue
             if abs(lam.imag) <= 1e-12 * max(abs(lam), 1e-300) and len(cols) < self.n_components:
                 cols.append(w.real); picked.append(lam)
             elif lam.imag > 0 and len(cols) + 2 <= self.n_components:

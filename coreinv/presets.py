@@ -267,7 +267,10 @@ _sae_model = dict(n_layers=4, d_model=64, n_heads=4, n_ctx=48, layer=2, edit_lay
                   mom_blocks=8, lambda_chosen=1.0, n_ce=32,
                   # issue 25: train/test split by blocks of 16 overlapping windows; the rate's k by the
                   # gap rule (gap >= 3 x the full-data split-half error, k <= 16), per layer
-                  test_size=0.5, window_group=16, gap_factor=3.0, k_max_rate=16, spread=1.0)
+                  test_size=0.5, window_group=16, gap_factor=3.0, k_max_rate=16, spread=1.0,
+                  # a second LM (another initialisation seed) for identifiability across models; the
+                  # penalty scored on this many SAE seeds
+                  lm_seed_b=1, n_penalty_seeds=2)
 _sae_thr = dict(thr_update=1e-4, thr_model=1.1, thr_gap=2.0, thr_rule=1.5, thr_share=0.8,
                 thr_spectra=2.0, thr_noise=3.0, thr_angle=0.3, thr_closed=0.5, thr_basis=0.01)
 register("sae_gap",

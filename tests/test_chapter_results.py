@@ -90,7 +90,10 @@ RULES = {
             m["effects"]["random"][min(m["gap"], key=int)] < m["effects"]["Koopman modes"][min(m["gap"], key=int)]
             < m["effects"]["top PCs"][min(m["gap"], key=int)]
             and m["gap"][max(m["gap"], key=int)] < m["gap"][min(m["gap"], key=int)]),
-        "sae.penalty": lambda m, S: m["gap_before"] > 0 and m["share_closed"] >= S["thr_closed"],
+        # scored on every one of >= 2 SAE seeds (each seed's own unpenalised SAE and spectral target); each
+        # seed must have a gap to close and the chosen lambda must close >= thr_closed of it
+        "sae.penalty": lambda m, S: (len(m["seeds"]) >= max(2, S["n_penalty_seeds"]) and all(
+            v["gap_before"] > 0 and v["share_closed"] >= S["thr_closed"] for v in m["seeds"].values())),
     },
     "agreement": {
         "agreement.learned": lambda m, S: (min(m["simple"].values()) >= S["thr_learned"]
