@@ -246,29 +246,35 @@ def claim_status(claim: Claim | dict) -> str:
     return "does not hold" if get("testable", True) else "not testable"
 
 
-def print_claims(claims: list[Claim], width: int = 79) -> None:
+def print_claims(claims: list[Claim], width: int = 79, max_lines: int = 4) -> None:
     """Print each claim's id, kind and verdict, then its threshold and measurement, wrapped at `width`.
 
     The chapters' one way of showing their claims (the scorecard shows the same verdicts, by
-    `claim_status`).
+    `claim_status`). A measurement longer than `max_lines` lines is cut there and marked; the
+    results file (`write_results`) keeps every value.
 
     Parameters
     ----------
     claims : list of Claim
     width : int
         Columns to wrap at (the book's output boxes show about 80).
+    max_lines : int
+        The most lines a threshold or a measurement takes.
 
     Returns
     -------
     None
     """
-    fill = lambda label, text: textwrap.fill(f"{label}: {text}", width, initial_indent="  ",
-                                             subsequent_indent="    ")
+    def fill(label, text):
+        lines = textwrap.wrap(f"{label}: {text}", width, initial_indent="  ", subsequent_indent="    ")
+        if len(lines) > max_lines:
+            lines = lines[:max_lines - 1] + ["    … (every value is in the results file)"]
+        print("\n".join(lines))
     for c in claims:
         kind = "required" if c.required else "reported"
         print(f"{c.id:24s} {kind:9s} {claim_status(c)}")
-        print(fill("threshold", c.threshold))
-        print(fill("measured", _fmt(c.measured)))
+        fill("threshold", c.threshold)
+        fill("measured", _fmt(c.measured))
 
 # %% ../nbs/01_results.ipynb #5a4fe641
 def _pinned_names() -> list[str]:
