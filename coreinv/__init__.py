@@ -63,9 +63,9 @@ def __getattr__(name: str):
 
 
 def __dir__():
-    "The public names: `__version__`, the exports, and the submodules imported so far (no `sys`, `types`)."
+    "The public names: `__version__`, the exports, and the public submodules imported so far (no `sys`, `types`, `_jvp`)."
     subs = {n for n, v in globals().items()
-            if isinstance(v, types.ModuleType) and v.__name__.startswith(__name__ + ".")}
+            if isinstance(v, types.ModuleType) and v.__name__.startswith(__name__ + ".") and not n.startswith("_")}
     return sorted({"__version__", *_WHERE} | subs)
 
 
