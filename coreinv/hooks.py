@@ -23,7 +23,7 @@ def _is_hooked(model) -> bool:
 
 
 def hook_names(model: nn.Module) -> list[str]:
-    """The names `replace_activation` and `ACE.fit_hook` accept.
+    """The names `replace_activation`, `record_activation` and `ACE.fit_hook` accept.
 
     Parameters
     ----------
