@@ -85,11 +85,15 @@ def replace_activation(model: nn.Module, hook: str, fn: Callable[[Tensor], Tenso
         handle.remove()
 
 
-def record_activation(model: nn.Module, hooks: str | Sequence[str], inputs, pos=None):
+class _Stop(Exception):
+    "Raised by `record_activation`'s hooks with `stop=True`: nothing after the last hook needs computing."
+
+
+def record_activation(model: nn.Module, hooks: str | Sequence[str], inputs, pos=None, stop: bool = False):
     """Run `model(inputs)` without grad and keep the activations at `hooks`, at positions `pos`.
 
-    The library's one way to record activations: `ACE.fit_hook`'s first pass (through `_activation`,
-    which also stops the pass at the hook), `tasks.axis.last_acts`, `koopman.depth_effects` and
+    The library's one way to record activations: `ACE.fit_hook`'s first pass (`stop=True`: nothing after
+    the hook runs), `tasks.axis.last_acts`, `koopman.depth_effects` and
     `calibration.collect_triples` / `check_update` all read a model's activations through here.
 
     Parameters
@@ -102,12 +106,14 @@ def record_activation(model: nn.Module, hooks: str | Sequence[str], inputs, pos=
     pos : None, int, slice or sequence of int
         The positions kept, `act[:, pos]` (axis 1, TransformerLens's position axis); None keeps the
         whole activation.
+    stop : bool
+        End the forward pass as soon as every hook has been recorded (the output is then None).
 
     Returns
     -------
     (activations, output)
         For one hook name the detached activation [batch, pos, ...] (`[:, pos]` of it when `pos` is
-        given), for a sequence a dict name → activation; and the model's output.
+        given), for a sequence a dict name → activation; and the model's output (None with `stop`).
 
     Raises
     ------
@@ -121,11 +127,16 @@ def record_activation(model: nn.Module, hooks: str | Sequence[str], inputs, pos=
         def keep(act):
             a = act.detach()
             store[name] = a if pos is None else a[:, pos]
+            if stop and len(store) == len(set(names)): raise _Stop
             return act
         return keep
-    with torch.no_grad(), contextlib.ExitStack() as es:
-        for h in names: es.enter_context(replace_activation(model, h, grab(h)))
-        out = model(inputs)
+    out = None
+    try:
+        with torch.no_grad(), contextlib.ExitStack() as es:
+            for h in names: es.enter_context(replace_activation(model, h, grab(h)))
+            out = model(inputs)
+    except _Stop:
+        pass
     missing = [h for h in names if h not in store]
     if missing:
         raise ValueError(f"the forward pass of {type(model).__name__} never reached {', '.join(map(repr, missing))}")
@@ -197,26 +208,7 @@ def _start_at(model, hook: str) -> tuple[int, str | None] | None:
     return None
 
 
-class _Stop(Exception):
-    "Raised by `_activation`'s hook: nothing after the hook needs computing."
-
-
 def _activation(model: nn.Module, hook: str, inputs: Tensor, via: str | None = None) -> tuple[Tensor, Tensor | None]:
     "The activations at `hook` (and at `via`, earlier) on `inputs`, without running the rest of the model."
-    store = {}
-    def keep(act):
-        store["via"] = act.detach()
-        return act
-    def grab(act):
-        store["act"] = act.detach()
-        raise _Stop
-    try:
-        with torch.no_grad(), replace_activation(model, hook, grab):
-            if via is None: model(inputs)
-            else:
-                with replace_activation(model, via, keep): model(inputs)
-    except _Stop:
-        pass
-    if "act" not in store:
-        raise ValueError(f"the forward pass of {type(model).__name__} never reached {hook!r}")
-    return store["act"], store.get("via")
+    acts, _ = record_activation(model, [hook] if via is None else [via, hook], inputs, stop=True)
+    return acts[hook], acts.get(via)
