@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING
 
 # %% ../nbs/02_api.ipynb #e44f3f81
 _EXPORTS = {
-    "ace": ["ACE", "Core", "clone", "hook_names", "record_activation", "replace_activation"],
+    "base": ["Core", "clone"],
+    "hooks": ["hook_names", "record_activation", "replace_activation"],
+    "ace": ["ACE"],
     "ablate": ["ablate", "core_dims", "CoreDims", "hook_evaluator", "sufficiency", "necessity",
                "mean_core", "random_core", "pca_core", "class_means_core", "probe_core"],
     "identify": ["fit_operator", "lagged_pairs", "match_spectra", "operator_spectrum"],
@@ -34,11 +36,13 @@ _WHERE = {name: mod for mod, names in _EXPORTS.items() for name in names}     # 
 if TYPE_CHECKING:                                 # for IDEs and type checkers; never run
     from .ablate import (CoreDims, ablate, class_means_core, core_dims, hook_evaluator, mean_core, necessity,
                          pca_core, probe_core, random_core, sufficiency)
-    from .ace import ACE, Core, clone, hook_names, record_activation, replace_activation
+    from .ace import ACE
+    from .base import Core, clone
     from .calibration import CalibrationData, check_update, collect_triples, fit_realisations
     from .compare import cca, cca_align, procrustes, projector_overlap, spearman, weight_cosine
     from .dictionaries import (IdentityDictionary, PCADictionary, RandomFourierDictionary,
                                RandomProjectionDictionary, SAEDictionary, SpectralDictionary)
+    from .hooks import hook_names, record_activation, replace_activation
     from .identify import fit_operator, lagged_pairs, match_spectra, operator_spectrum
     from .koopman import (EDMDc, InvarianceResidual, SplitHalfCurve, eigvec_condition, henrici,
                           invariance_residual, leading_modes, mode_pca_angles, spectral_distance,
@@ -59,9 +63,9 @@ def __getattr__(name: str):
 
 
 def __dir__():
-    "The public names: `__version__`, the exports, and the submodules imported so far (no `sys`, `types`)."
+    "The public names: `__version__`, the exports, and the public submodules imported so far (no `sys`, `types`, `_jvp`)."
     subs = {n for n, v in globals().items()
-            if isinstance(v, types.ModuleType) and v.__name__.startswith(__name__ + ".")}
+            if isinstance(v, types.ModuleType) and v.__name__.startswith(__name__ + ".") and not n.startswith("_")}
     return sorted({"__version__", *_WHERE} | subs)
 
 

@@ -14,7 +14,9 @@ import torch
 from torch import Tensor, nn
 from tqdm import tqdm
 
-from .ace import _QUERY_AXIS_HOOKS, ACE, Core, _is_hooked, _n_args, as_acts, replace_activation
+from .base import Core, as_acts
+from .hooks import _QUERY_AXIS_HOOKS, _is_hooked, _n_args, replace_activation
+from .ace import ACE
 
 # %% auto #0
 __all__ = ['MODES', 'ablate', 'sufficiency', 'necessity', 'CoreDims', 'core_dims', 'hook_evaluator', 'mean_core', 'random_core',

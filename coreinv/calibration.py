@@ -10,7 +10,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .ace import _check_tokens, clone
+from .base import clone
+from .hooks import _check_tokens, hook_names, record_activation
 
 # %% auto #0
 __all__ = ['CalibrationData', 'collect_triples', 'mlp_map', 'check_update', 'fit_realisations']
@@ -133,7 +134,8 @@ def collect_triples(model, tokens, layers=None, positions=None, batch_size: int 
         Text (a string or a list of strings) goes through `model.to_tokens`, as TransformerLens
         does it (with the model's default BOS); a list must tokenize to one length.
     layers : int or sequence of int, optional
-        Default: every layer.
+        Default: every layer. Block indices, not hook names: each block of the stack gives its triple
+        (`blocks.{ℓ}.hook_resid_pre`, `hook_attn_out`, `hook_resid_post`), and the fits pool them.
     positions : int, slice or sequence of int, optional
         Which positions of each sequence become samples (default: all).
     batch_size : int
@@ -150,16 +152,14 @@ def collect_triples(model, tokens, layers=None, positions=None, batch_size: int 
         n_ctx), text without a tokenizer, or a layer is out of range.
     """
     layers, tokens = _layers(model, layers), _tokens(model, tokens, "collect_triples")
-    hooks = {f"blocks.{l}.{h}" for l in layers for h in ("hook_resid_pre", "hook_attn_out", "hook_resid_post")}
+    hooks = [f"blocks.{l}.{h}" for l in layers for h in ("hook_resid_pre", "hook_attn_out", "hook_resid_post")]
     pos = slice(None) if positions is None else positions
     out = {h: [] for h in hooks}
-    with torch.no_grad():
-        for s in range(0, len(tokens), batch_size):
-            _, cache = model.run_with_cache(tokens[s:s + batch_size].to(model.cfg.device),
-                                            names_filter=lambda name: name in hooks)
-            for h in hooks:
-                a = cache[h][:, pos]                                    # [batch, n_pos, d_model]
-                out[h].append(a.reshape(-1, a.shape[-1]).double().cpu().numpy())
+    for s in range(0, len(tokens), batch_size):
+        acts, _ = record_activation(model, hooks, tokens[s:s + batch_size].to(model.cfg.device), pos=pos)
+        for h in hooks:
+            a = acts[h]                                                 # [batch, n_pos, d_model]
+            out[h].append(a.reshape(-1, a.shape[-1]).double().cpu().numpy())
     get = lambda h: np.stack([np.concatenate(out[f"blocks.{l}.{h}"]) for l in layers])
     return CalibrationData(get("hook_resid_pre"), get("hook_attn_out"), get("hook_resid_post"), layers)
 
@@ -171,6 +171,7 @@ def mlp_map(model, layer: int):
     ----------
     model : HookedTransformer
     layer : int
+        The block's index (this is a map of the block's weights, not an activation at a hook).
 
     Returns
     -------
@@ -189,6 +190,7 @@ def check_update(model, tokens, layers=None) -> dict[int, float]:
     model : HookedTransformer
     tokens : token ids [batch, pos] or text, as in `collect_triples`
     layers : int or sequence of int, optional
+        Block indices, as in `collect_triples` (the check is per block of the stack).
 
     Returns
     -------
@@ -204,14 +206,16 @@ def check_update(model, tokens, layers=None) -> dict[int, float]:
         raise ValueError("this model runs attention and MLP in parallel: x_{ℓ+1} = x + u + m(x), not "
                          "x + u + m(x + u); the triples are valid control data but the paper's F is not")
     layers, tokens = _layers(model, layers), _tokens(model, tokens, "check_update")
-    names = lambda n: n.endswith(("hook_resid_pre", "hook_attn_out", "hook_resid_mid", "hook_resid_post"))
+    known = set(hook_names(model))                                      # resid_mid: not in every block
+    names = [n for l in layers for n in (f"blocks.{l}.hook_{h}" for h in ("resid_pre", "attn_out", "resid_mid",
+                                                                        "resid_post")) if n in known]
+    cache, _ = record_activation(model, names, tokens.to(model.cfg.device))
     with torch.no_grad():
-        _, cache = model.run_with_cache(tokens.to(model.cfg.device), names_filter=names)
         dev = {}
         for l in layers:
             x, u = cache[f"blocks.{l}.hook_resid_pre"], cache[f"blocks.{l}.hook_attn_out"]   # [batch, pos, d_model]
             y = cache[f"blocks.{l}.hook_resid_post"]
-            if f"blocks.{l}.hook_resid_mid" in cache.cache_dict:
+            if f"blocks.{l}.hook_resid_mid" in cache:
                 mid_err = (cache[f"blocks.{l}.hook_resid_mid"] - (x + u)).abs().max()
                 if mid_err > 1e-3 * y.abs().max():
                     raise ValueError(f"layer {l}: resid_mid is not resid_pre + attn_out (off by {mid_err:.2e})")

@@ -10,7 +10,7 @@ import torch
 from scipy.stats import rankdata
 from torch import Tensor, nn
 
-from .ace import Core, as_acts
+from .base import Core, as_acts
 
 # %% auto #0
 __all__ = ['projector_overlap', 'cca', 'procrustes', 'cca_align', 'weight_cosine', 'spearman']

@@ -9,7 +9,7 @@ import numpy as np
 import scipy.linalg as sla
 from scipy.spatial.distance import pdist
 
-from .ace import Estimator, as_acts, clone
+from .base import Estimator, as_acts, clone
 from .koopman import EDMDc
 
 # %% auto #0

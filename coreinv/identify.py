@@ -10,7 +10,7 @@ import torch
 from scipy.optimize import linear_sum_assignment
 from torch import Tensor
 
-from .ace import as_acts
+from .base import as_acts
 
 # %% auto #0
 __all__ = ['fit_operator', 'lagged_pairs', 'match_spectra', 'operator_spectrum']

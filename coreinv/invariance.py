@@ -11,7 +11,7 @@ import numpy as np
 import scipy.linalg as sla
 from scipy import stats
 
-from .ace import clone
+from .base import clone
 from .dictionaries import Dictionary
 from .koopman import _check_triples, spectral_distance
 

@@ -11,7 +11,8 @@ import numpy as np
 import scipy.linalg as sla
 from tqdm import tqdm
 
-from .ace import Estimator, as_acts, clone
+from .base import Estimator, as_acts, clone
+from .hooks import record_activation, replace_activation
 from .distributed import gather, world
 from .identify import match_spectra
 
@@ -820,7 +821,8 @@ def depth_effects(model, tokens, layer: int, edit, readout, depths, read_pos=-1,
     model : HookedTransformer
     tokens : int Tensor [batch, pos]
     layer : int
-        The edit replaces `blocks.{layer}.hook_resid_pre` at every position.
+        The edit replaces `blocks.{layer}.hook_resid_pre` at every position. A block index, not a hook
+        name: the effect is read d blocks further down the stack (`blocks.{layer + d}.hook_resid_pre`).
     edit : callable
         ndarray [n, D] → ndarray [n, D] (e.g. `project_out(Q, mean)`, or `EDMDc.intervene` with
         modes, through the spectral projectors).
@@ -850,23 +852,21 @@ def depth_effects(model, tokens, layer: int, edit, readout, depths, read_pos=-1,
     names = {name(d) for d in depths}
     read = readout if callable(readout) else (lambda H, d: readout[d](H))
 
-    def edit_hook(act, hook):                                            # [batch, pos, D]
+    def edit_hook(act):                                                  # [batch, pos, D]
         H = act.detach().double().cpu().numpy()
         E = edit(H.reshape(-1, H.shape[-1])).reshape(H.shape)
         return torch.as_tensor(E, dtype=act.dtype, device=act.device)
 
-    def run(hooks):
+    def run():
         out = {d: [] for d in depths}
-        with torch.no_grad():
-            for s in range(0, len(tokens), batch_size):
-                cache = {}
-                def save(act, hook): cache[hook.name] = act[:, read_pos].double().cpu().numpy()
-                model.run_with_hooks(tokens[s:s + batch_size], fwd_hooks=hooks + [(nm, save) for nm in names])
-                for d in depths: out[d].append(np.asarray(read(cache[name(d)], d), dtype=np.float64))
+        for s in range(0, len(tokens), batch_size):
+            acts, _ = record_activation(model, sorted(names), tokens[s:s + batch_size], pos=read_pos)
+            for d in depths: out[d].append(np.asarray(read(acts[name(d)].double().cpu().numpy(), d), dtype=np.float64))
         return {d: np.concatenate(v) for d, v in out.items()}
 
-    clean = run([])
-    edited = run([(f"blocks.{layer}.hook_resid_pre", edit_hook)])
+    clean = run()
+    with replace_activation(model, f"blocks.{layer}.hook_resid_pre", edit_hook):
+        edited = run()
     eff = {}
     for d in depths:
         sd = clean[d].std()

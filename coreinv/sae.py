@@ -12,7 +12,8 @@ import torch
 from torch import Tensor, nn
 from tqdm import tqdm
 
-from .ace import Estimator, as_acts, replace_activation
+from .base import Estimator, as_acts
+from .hooks import replace_activation
 
 # %% auto #0
 __all__ = ['SAEConfig', 'SAE', 'auxk_loss', 'SparseAutoencoder', 'invariance_penalty', 'sae_metrics', 'train_sae',

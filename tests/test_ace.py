@@ -8,7 +8,10 @@ from torch import nn
 import inspect
 
 import coreinv.ace
-from coreinv.ace import ACE, record_activation, replace_activation
+import coreinv.base
+import coreinv.hooks
+from coreinv.hooks import record_activation, replace_activation
+from coreinv.ace import ACE
 
 F64 = torch.float64
 
@@ -116,14 +119,15 @@ def test_fit_hook_refuses_active_dropout():
 # ---- discoverable API and progress -------------------------------------------------------------
 
 def _public_callables():
-    for name in coreinv.ace.__all__:
-        obj = getattr(coreinv.ace, name)
-        yield name, obj
-        if inspect.isclass(obj):
-            for m, f in vars(obj).items():
-                if not m.startswith("_") and callable(f) and m not in ("get_params", "set_params") or \
-                        m in ("fit", "fit_hook", "partial_fit", "finalize", "core", "transform"):
-                    yield f"{name}.{m}", getattr(obj, m)
+    for mod in (coreinv.base, coreinv.hooks, coreinv.ace):                   # ace and the modules split from it
+        for name in mod.__all__:
+            obj = getattr(mod, name)
+            yield name, obj
+            if inspect.isclass(obj):
+                for m, f in vars(obj).items():
+                    if not m.startswith("_") and callable(f) and m not in ("get_params", "set_params") or \
+                            m in ("fit", "fit_hook", "partial_fit", "finalize", "core", "transform"):
+                        yield f"{name}.{m}", getattr(obj, m)
 
 
 def test_module_docstring():

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from coreinv.ablate import ablate, class_means_core, necessity, pca_core, probe_core, random_core, sufficiency
-from coreinv.ace import Core
+from coreinv.base import Core
 
 F64 = torch.float64
 

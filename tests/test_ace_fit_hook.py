@@ -11,7 +11,10 @@ import torch
 from torch.func import jvp
 
 import coreinv.ace
-from coreinv.ace import ACE, Core, record_activation, replace_activation
+import coreinv.hooks
+from coreinv.base import Core
+from coreinv.hooks import record_activation, replace_activation
+from coreinv.ace import ACE
 
 F64 = torch.float64
 
@@ -99,9 +102,9 @@ def test_paths_taken(model, monkeypatch):
     ACE(batch_size=5, float64=True).fit_hook(model, TOKENS, "blocks.0.hook_resid_post", per_seq, progress=False)
     assert used == [False] and len(vm) >= 2                # a [b, O] readout: the T tangents vmapped, per batch
     assert ACE(batch_size=5).fit_hook(model, TOKENS, "blocks.2.hook_resid_post", per_pos, progress=False).joint_
-    assert coreinv.ace._start_at(model, "blocks.1.hook_resid_post") == (2, None)
-    assert coreinv.ace._start_at(model, "blocks.1.attn.hook_z") == (1, "blocks.1.hook_resid_pre")
-    assert coreinv.ace._start_at(model, "hook_embed") is None
+    assert coreinv.hooks._start_at(model, "blocks.1.hook_resid_post") == (2, None)
+    assert coreinv.hooks._start_at(model, "blocks.1.attn.hook_z") == (1, "blocks.1.hook_resid_pre")
+    assert coreinv.hooks._start_at(model, "hook_embed") is None
 
 
 def test_bridge_route_falls_back_to_the_whole_model(tmp_path):
@@ -111,7 +114,7 @@ def test_bridge_route_falls_back_to_the_whole_model(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         bridge, hooked = (load_local(folder, route=r, device="cpu", dtype=F64) for r in ("bridge", "hooked"))
-    assert coreinv.ace._start_at(bridge, "blocks.0.hook_resid_post") is None
+    assert coreinv.hooks._start_at(bridge, "blocks.0.hook_resid_post") is None
     tok = torch.randint(0, 320, (6, 8), generator=torch.Generator().manual_seed(0))
     read = lambda logits, x: logits.log_softmax(-1)[..., :4]
     for pos in (-1, None):

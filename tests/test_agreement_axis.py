@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from coreinv.ablate import ablate
-from coreinv.ace import Core
+from coreinv.base import Core
 from coreinv.lm import LMSpec, build_lm, cache_key, held_out_pairs, lm_info, train_or_load
 from coreinv.tasks import agreement as ag
 from coreinv.tasks import axis as ax

@@ -21,7 +21,8 @@ import torch
 from torch import nn
 
 from coreinv.ablate import ablate, random_core
-from coreinv.ace import ACE, Core
+from coreinv.base import Core
+from coreinv.ace import ACE
 from coreinv.tasks import agreement as ag
 from coreinv.tasks import axis as ax
 from coreinv.tasks import axis_rulers as ar

@@ -125,7 +125,7 @@ def test_user_dictionary_object():
 
 
 def test_estimator_contract_and_clone_without_deepcopy():
-    from coreinv.ace import clone
+    from coreinv.base import clone
     m = EDMDc(SpectralDictionary(4, base=RandomFourierDictionary(32, seed=2)), rank=None, ridge=0.1)
     p = m.get_params()
     assert p["ridge"] == 0.1 and p["dictionary__n_components"] == 4 and p["dictionary__base__seed"] == 2

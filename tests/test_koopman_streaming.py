@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from coreinv.ace import clone
+from coreinv.base import clone
 from coreinv.dictionaries import (IdentityDictionary, PCADictionary, RandomFourierDictionary,
                                   RandomProjectionDictionary, SAEDictionary, SpectralDictionary)
 from coreinv.koopman import EDMDc, linear_control_system

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from coreinv.ace import record_activation
+from coreinv.hooks import record_activation
 from coreinv.compare import cca, projector_overlap, weight_cosine
 from coreinv.merge import core_aligned_rotation, interpolate, rotate_residual
 from coreinv.presets import sizes

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from coreinv.ablate import ablate, hook_evaluator, random_core
-from coreinv.ace import ACE, hook_names, record_activation, replace_activation
+from coreinv.hooks import hook_names, record_activation, replace_activation
+from coreinv.ace import ACE
 from coreinv.calibration import check_update, collect_triples, mlp_map
 from coreinv.compare import projector_overlap, weight_cosine
 from coreinv.dictionaries import PCADictionary

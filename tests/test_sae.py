@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from coreinv.ace import clone
+from coreinv.base import clone
 from coreinv.dictionaries import SAEDictionary
 from coreinv.koopman import EDMDc, linear_control_system
 from coreinv.sae import SAE, SparseAutoencoder, auxk_loss, ce_loss_recovered, sae_metrics, train_sae
@@ -173,7 +173,7 @@ def tiny():
 
 
 def test_ce_loss_recovered(tiny):
-    from coreinv.ace import record_activation
+    from coreinv.hooks import record_activation
     model, tokens = tiny
     hook = "blocks.0.hook_resid_post"
     ident, zero = SAE(32, 64), SAE(32, 64)

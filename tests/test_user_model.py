@@ -8,7 +8,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")     # nothing here may reach the hu
 import pytest
 import torch
 
-from coreinv.ace import ACE, record_activation, replace_activation
+from coreinv.hooks import record_activation, replace_activation
+from coreinv.ace import ACE
 from coreinv.calibration import collect_triples
 from coreinv.compare import projector_overlap
 from coreinv.models import ARCHS, ROUTES, load_local, tiny_local_model

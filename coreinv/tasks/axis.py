@@ -17,7 +17,9 @@ from torch import Tensor, nn
 from tqdm import tqdm
 
 from ..ablate import ablate, class_means_core, pca_core, probe_core, random_core
-from ..ace import ACE, Core, hook_names, replace_activation
+from ..base import Core
+from ..hooks import hook_names, record_activation, replace_activation
+from ..ace import ACE
 from .agreement import (CONSTRUCTIONS, MinimalPair, WordVocab, agrees, default_lexicon, label,
                                      single_token_ids)
 
@@ -316,16 +318,12 @@ def last_acts(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str) -> Te
     Tensor [N, D], float64, in the order of `pairs`
     """
     out = None
-    grab = {}
-    keep = lambda act: grab.update(a=act) or act
-    with torch.no_grad():
-        for ii, x, _, _ in _groups(am, pairs):
-            with replace_activation(am.model, hook, keep):
-                am.logits(x)
-            a = grab["a"][:, -1].reshape(len(ii), -1).double().cpu()
-            if out is None:
-                out = torch.zeros(len(pairs), a.shape[1], dtype=torch.float64)
-            out[torch.as_tensor(ii)] = a
+    for ii, x, _, _ in _groups(am, pairs):
+        a, _ = record_activation(am.model, hook, x, pos=-1)                 # [b, ...] at the last token
+        a = a.reshape(len(ii), -1).double().cpu()
+        if out is None:
+            out = torch.zeros(len(pairs), a.shape[1], dtype=torch.float64)
+        out[torch.as_tensor(ii)] = a
     return out
 
 

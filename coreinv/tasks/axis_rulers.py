@@ -14,7 +14,8 @@ from scipy.stats import spearmanr
 from tqdm import tqdm
 
 from ..ablate import ablate
-from ..ace import ACE, Core
+from ..base import Core
+from ..ace import ACE
 from .agreement import (CONSTRUCTIONS, CannotLabel, MinimalPair, VerbLabel, _Parser, _words,
                                      default_lexicon, label)
 from .axis import AgreementModel, _generate, _signs, margins

@@ -14,7 +14,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..ablate import CoreDims, core_dims, hook_evaluator, pca_core, random_core
-from ..ace import ACE, Core, record_activation
+from ..base import Core
+from ..hooks import record_activation
+from ..ace import ACE
 from ..compare import projector_overlap
 from ..identify import fit_operator, lagged_pairs, match_spectra, operator_spectrum
 from ..train import TrainLog, make_transformer, train

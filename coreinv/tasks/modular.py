@@ -21,7 +21,8 @@ from torch import Tensor
 from tqdm import tqdm
 
 from ..ablate import CoreDims, core_dims, hook_evaluator, mean_core, pca_core
-from ..ace import ACE, record_activation
+from ..hooks import record_activation
+from ..ace import ACE
 from ..identify import fit_operator, operator_spectrum
 from ..keys import digest
 from ..train import TrainLog, _save_atomic, make_transformer, map_processes, n_processes, train
