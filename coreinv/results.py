@@ -238,12 +238,9 @@ def claim_status(claim: Claim | dict) -> str:
     -------
     str
     """
-    get = claim.get if isinstance(claim, dict) else lambda k, d=None: getattr(claim, k, d)
-    if get("required"):
-        return "pass" if get("passed") else "FAIL"
-    if get("passed"):
-        return "holds"
-    return "does not hold" if get("testable", True) else "not testable"
+    c = claim if isinstance(claim, dict) else asdict(claim)
+    if c["required"]: return "pass" if c["passed"] else "FAIL"
+    return "holds" if c["passed"] else "does not hold" if c.get("testable", True) else "not testable"
 
 
 def print_claims(claims: list[Claim], width: int = 79, max_lines: int = 4) -> None:
@@ -267,14 +264,10 @@ def print_claims(claims: list[Claim], width: int = 79, max_lines: int = 4) -> No
     """
     def fill(label, text):
         lines = textwrap.wrap(f"{label}: {text}", width, initial_indent="  ", subsequent_indent="    ")
-        if len(lines) > max_lines:
-            lines = lines[:max_lines - 1] + ["    … (every value is in the results file)"]
-        print("\n".join(lines))
+        return lines if len(lines) <= max_lines else lines[:max_lines - 1] + ["    … (every value is in the results file)"]
     for c in claims:
-        kind = "required" if c.required else "reported"
-        print(f"{c.id:24s} {kind:9s} {claim_status(c)}")
-        fill("threshold", c.threshold)
-        fill("measured", _fmt(c.measured))
+        print(f"{c.id:24s} {'required' if c.required else 'reported':9s} {claim_status(c)}",
+              *fill("threshold", c.threshold), *fill("measured", _fmt(c.measured)), sep="\n")
 
 # %% ../nbs/01_results.ipynb #5a4fe641
 def _pinned_names() -> list[str]:
