@@ -247,11 +247,20 @@ _agr_book_models = (_agr_ci_models[0], _agr_ci_models[1] | dict(steps=1200)) + (
     dict(name="gpt2", arch="gpt2", n_layers=2, d_model=64, n_heads=4, corpus_seed=3, seed=3, steps=800),
     # issue 24: a second seed (init and corpus sample) of the two cheapest kinds, for the spread over seeds
     dict(name="word_b", n_layers=2, d_model=64, n_heads=4, positional="standard", corpus_seed=5, seed=5, steps=800),
-    dict(name="gpt2_b", arch="gpt2", n_layers=2, d_model=64, n_heads=4, corpus_seed=6, seed=6, steps=800))
+    dict(name="gpt2_b", arch="gpt2", n_layers=2, d_model=64, n_heads=4, corpus_seed=6, seed=6, steps=800),
+    # issue 24: a 4-layer word-level transformer, so that `late` can be tested (the layer rule never reads the last
+    # hook, so only a model of >= 4 layers can have an upper-half layer chosen). Its size was chosen before any
+    # run of it: the word model's width (d_model 64, 4 heads, standard positions), so depth is the only change;
+    # 4 layers, the fewest that make `late` testable; 1000 steps, the step count of the sae_gap chapter's
+    # 4-layer d_model-64 word LM at book (loss 2.68 there; between the word model's 800 and rotary's 1200).
+    dict(name="deep", n_layers=4, d_model=64, n_heads=4, positional="standard", corpus_seed=7, seed=7, steps=1000))
+# issue 24: the corpus at book is >= 2 M tokens per model (n_sentences 180000: 2.10 M word tokens, 11.7 a sentence;
+# measured 8 s to generate, 1 s to encode, 40 s for the BPE tokeniser and stream, under load). The models train in
+# worker processes (coreinv.lm.train_cached with coreinv.train.map_processes), one per core.
 register("agreement",
          ci=_agr_thr | dict(models=_agr_ci_models, n_sentences=20000, n_ctx=32, batch=32, n_test_per_cell=16,
                             n_flip=24, n_boot=200),
-         book=_agr_thr | dict(models=_agr_book_models, n_sentences=40000, n_ctx=32, batch=32, n_test_per_cell=24,
+         book=_agr_thr | dict(models=_agr_book_models, n_sentences=180000, n_ctx=32, batch=32, n_test_per_cell=24,
                               n_flip=48, n_boot=1000),
          paper=_agr_thr | dict(models=tuple(m | dict(steps=4 * m["steps"]) for m in _agr_book_models),
                                n_sentences=200000, n_ctx=32, batch=64, n_test_per_cell=64, n_flip=200, n_boot=2000))
