@@ -7,7 +7,7 @@ from torch import nn
 
 from coreinv.ablate import ablate
 from coreinv.ace import Core
-from coreinv.lm import LMSpec, build_lm, cache_key, held_out_pairs, lm_info, train_or_load
+from coreinv.lm import LMSpec, build_lm, cache_key, held_out_pairs, lm_info, train_cached, train_or_load
 from coreinv.tasks import agreement as ag
 from coreinv.tasks import axis as ax
 from coreinv.tasks import axis_rulers as ar
@@ -31,6 +31,9 @@ def test_lm_cached_and_info(tiny):
     assert info["steps"] == 5 and info["n_params"] == sum(p.numel() for p in am.model.parameters())
     again, _ = train_or_load(spec, progress=False)
     assert all(torch.equal(a, b) for a, b in zip(am.model.state_dict().values(), again.state_dict().values()))
+    assert train_cached(spec) == info                       # the worker-process entry point: cached, same record
+    with pytest.raises(ValueError, match="unknown arch 'rnn'"):
+        train_cached(spec, "rnn")
 
 
 def test_lm_spec_key_and_bad_input():

@@ -454,7 +454,7 @@ def spearman_vs_label(z1: np.ndarray, z2: np.ndarray, numbers: np.ndarray, n_boo
     extra = {}
     if cells is not None:
         cl = np.asarray(cells).astype(str)
-        extra["within_cell"] = {c: within(np.flatnonzero(cl == c)) for c in sorted(set(cl), key=_cell_rank) if (cl == c).sum() >= 3}
+        extra["within_cell"] = {str(c): within(np.flatnonzero(cl == c)) for c in sorted(set(cl), key=_cell_rank) if (cl == c).sum() >= 3}
     lo, hi = np.nanpercentile(boots, [2.5, 97.5])
     elo, ehi = np.nanpercentile(ex, [2.5, 97.5])
     return dict(rho=rho, lo=float(lo), hi=float(hi), null=nul, excess=rho - nul, excess_lo=float(elo),
