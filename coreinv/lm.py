@@ -23,9 +23,9 @@ from .tasks.agreement import CONSTRUCTIONS, MinimalPair, Sentence, WordVocab, co
 from .train import _save_atomic, make_transformer, train
 
 # %% auto #0
-__all__ = ['POSITIONAL', 'LMSpec', 'held_out_pairs', 'training_corpus', 'build_lm', 'cache_key', 'lm_folder', 'lm_info',
+__all__ = ['POSITIONAL', 'ARCHS', 'LMSpec', 'held_out_pairs', 'training_corpus', 'build_lm', 'cache_key', 'lm_folder', 'lm_info',
            'train_or_load', 'train_or_load_gpt2', 'bpe_folder', 'train_or_load_bpe', 'LSTMLM', 'lstm_folder',
-           'train_or_load_lstm']
+           'train_or_load_lstm', 'train_cached']
 
 # %% ../nbs/25_lm.ipynb #69268dec
 POSITIONAL = ("standard", "rotary")
@@ -477,3 +477,42 @@ def train_or_load_lstm(spec: LMSpec, progress: bool = True) -> tuple[LSTMLM, Wor
         _fit_and_save(model, vocab.encode_corpus(training_corpus(spec)), vocab.bos_id, spec, _lm_loss, folder, key,
                       f"train {spec.name} (LSTM)", progress)
     return model.eval(), vocab
+
+# %% ../nbs/25_lm.ipynb #a24c0102
+ARCHS = ("hooked", "lstm", "bpe", "gpt2")
+
+
+def train_cached(spec: LMSpec, arch: str = "hooked") -> dict:
+    """Train the model of `spec` of kind `arch` (or find it cached), and return its training record.
+
+    Parameters
+    ----------
+    spec : LMSpec
+    arch : {"hooked", "lstm", "bpe", "gpt2"}
+        "hooked": `train_or_load` (word tokens); "lstm": `train_or_load_lstm`; "bpe": `train_or_load_bpe`;
+        "gpt2": `train_or_load_gpt2`.
+
+    Returns
+    -------
+    dict
+        The model's `info.json` (name, key, n_params, train_seconds, final_loss, corpus_tokens, steps, ...).
+
+    Raises
+    ------
+    ValueError
+        If `arch` is not one of `ARCHS`, or `spec` is not an LMSpec.
+    """
+    if arch not in ARCHS:
+        raise ValueError(f"unknown arch {arch!r}; known: {', '.join(ARCHS)}")
+    if arch == "gpt2":
+        folder = train_or_load_gpt2(spec, progress=False)
+    elif arch == "bpe":
+        train_or_load_bpe(spec, progress=False)
+        folder = bpe_folder(spec)
+    elif arch == "lstm":
+        train_or_load_lstm(spec, progress=False)
+        folder = lstm_folder(spec)
+    else:
+        train_or_load(spec, progress=False)
+        folder = lm_folder(spec)
+    return json.loads((folder / "info.json").read_text())

@@ -7,9 +7,10 @@ from torch import nn
 
 from coreinv.ablate import ablate
 from coreinv.base import Core
-from coreinv.lm import LMSpec, build_lm, cache_key, held_out_pairs, lm_info, train_or_load
+from coreinv.lm import LMSpec, build_lm, cache_key, held_out_pairs, lm_info, train_cached, train_or_load
 from coreinv.tasks import agreement as ag
 from coreinv.tasks import axis as ax
+from coreinv.tasks import axis_rulers as ar
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +31,9 @@ def test_lm_cached_and_info(tiny):
     assert info["steps"] == 5 and info["n_params"] == sum(p.numel() for p in am.model.parameters())
     again, _ = train_or_load(spec, progress=False)
     assert all(torch.equal(a, b) for a, b in zip(am.model.state_dict().values(), again.state_dict().values()))
+    assert train_cached(spec) == info                       # the worker-process entry point: cached, same record
+    with pytest.raises(ValueError, match="unknown arch 'rnn'"):
+        train_cached(spec, "rnn")
 
 
 def test_lm_spec_key_and_bad_input():
@@ -222,10 +226,11 @@ def test_sampled_flip_repeats_and_coordination(tiny):
     b = ax.flip_generation(am, pairs["simple"], hook, core, max_new=6, sample=True, seed=3)
     assert a["examples"] == b["examples"] and a["reversed"] == b["reversed"] and a["n_later"] == b["n_later"]
     coord = pairs["vp_coord"]
-    c = ax.flip_coordination(am, coord, hook, core, sample=True, seed=2)
-    assert c == ax.flip_coordination(am, coord, hook, core, sample=True, seed=2) or np.isnan(c["later_reversed"])
+    st = ar.subject_starts(am, coord)
+    c = ax.flip_coordination(am, coord, hook, core, st, sample=True, seed=2)
+    assert c == ax.flip_coordination(am, coord, hook, core, st, sample=True, seed=2) or np.isnan(c["later_reversed"])
     assert c["n"] == len(coord) and 0 <= c["n_later"] <= len(coord)
-    ctl = ax.flip_coordination(am, coord, hook, None)
+    ctl = ax.flip_coordination(am, coord, hook, None, st)
     assert ctl["n"] == len(coord) and 0 <= ctl["v2_reversed"] <= 1
     with pytest.raises(ValueError, match="vp_coord"):
-        ax.flip_coordination(am, pairs["simple"], hook, None)
+        ax.flip_coordination(am, pairs["simple"], hook, None, None)

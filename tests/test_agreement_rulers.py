@@ -229,3 +229,50 @@ def test_layer_rule_picks_the_writing_layer_not_the_readout(planted):
         ar.choose_layer([0.0])
     with pytest.raises(ValueError, match="finite"):
         ar.choose_layer([0.5, float("nan"), 0.0])
+
+
+def test_spearman_within_cells_separates_a_shared_attractor():
+    """Within one subject number, two codes that both let the attractor pull them correlate; within a cell they don't.
+
+    The planted pair shares the subject's number and the attractor's (and nothing else): the old within-number
+    ρ calls that a shared order, the within-cell ρ does not. Its twin shares an order inside every cell."""
+    rng = np.random.default_rng(1)
+    y = np.repeat(["sg", "pl"], 400)
+    att = rng.choice(["S", "P"], 800)
+    cells = np.char.add(np.where(y == "sg", "S", "P"), att)
+    lab, a = np.where(y == "sg", 3.0, -3.0), np.where(att == "S", 1.0, -1.0)
+    attr = ar.spearman_vs_label(lab + a + 0.3 * rng.normal(size=800), lab + a + 0.3 * rng.normal(size=800), y,
+                                n_boot=100, cells=cells)
+    assert set(attr["within_cell"]) == {"SS", "SP", "PS", "PP"}
+    assert min(w["rho"] for w in attr["within"].values()) > 0.5                 # per number: "shared order"
+    assert all(w["lo"] < 0 < w["hi"] and abs(w["rho"]) < 0.2 for w in attr["within_cell"].values())
+    shared = rng.normal(size=800)
+    both = ar.spearman_vs_label(lab + a + shared + 0.2 * rng.normal(size=800),
+                                lab + a + shared + 0.2 * rng.normal(size=800), y, n_boot=100, cells=cells)
+    assert all(w["lo"] > 0.5 and w["n"] >= 150 for w in both["within_cell"].values())
+    with pytest.raises(ValueError, match="one cell per sentence"):
+        ar.spearman_vs_label(lab, lab, y, cells=cells[:-1])
+
+
+def test_coordination_flip_acts_from_the_subject_only(planted, monkeypatch):
+    """The decision for non-noun positions: reflect from the subject's first token on, never before it."""
+    ams, pairs = planted
+    am, hook = ams["one"], "carry"
+    axis = ax.oriented_axis(ax.fit_axis(am, pairs, hook), ax.last_acts(am, pairs, hook), pairs)
+    coord = [p for p in pairs if p.construction == "vp_coord"]
+    st = ar.subject_starts(am, coord)
+    assert (st >= 1).all()                                         # the start token and the determiner come first
+    seen, real = [], ax.ablate
+
+    def spy(model, hook_name, core, mode, pos=None):
+        seen.append(None if pos is None else pos.tolist())
+        return real(model, hook_name, core, mode, pos=pos)
+    monkeypatch.setattr(ax, "ablate", spy)
+    ceil = ax.flip_coordination(am, coord, hook, None, st)
+    new = ax.flip_coordination(am, coord, hook, axis, st)
+    assert seen == [[int(s)] for s in st]                          # one call per pair, from its subject on
+    assert ceil["reversed"] == 0.0 and new["reversed"] >= 0.9 and new["later_reversed"] >= 0.9
+    rand = ax.flip_coordination(am, coord, hook, random_core(axis.d, 1, axis.mean, seed=1), st)
+    assert rand["reversed"] < 0.9
+    with pytest.raises(ValueError, match="starts for"):
+        ax.flip_coordination(am, coord, hook, axis, st[:-1])

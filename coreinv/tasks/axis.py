@@ -546,12 +546,13 @@ def _choose(am: AgreementModel, words: Sequence[str], forms: tuple[str, str], sa
 
 
 def flip_coordination(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str, core: Core | None,
-                      sample: bool = False, seed: int = 0, progress: bool = False) -> dict:
+                      starts: np.ndarray | None, sample: bool = False, seed: int = 0, progress: bool = False) -> dict:
     """Does a later agreeing verb reverse with the first? Coordinated verbs ("the N V1 the N2 and V2") with `core` flipped.
 
-    For each `vp_coord` pair the model chooses the number of V1 after the subject (between V1's two forms),
-    the sentence's words up to V2 follow, and the model chooses V2's number the same way; `core` is flipped
-    at `hook` at every position throughout (None: intact).
+    For each `vp_coord` pair the model chooses V1's number after the subject (between V1's two forms), the words up to
+    V2 follow, and it chooses V2's number the same way. `core` is flipped at `hook` only where a token can carry the
+    subject's number: from the subject's first token on (`starts`, from `axis_rulers.subject_starts`), never at the start
+    token or the subject's determiner (no number to reverse). Each choice is between two verb forms: none is degenerate.
 
     Parameters
     ----------
@@ -560,6 +561,8 @@ def flip_coordination(am: AgreementModel, pairs: Sequence[MinimalPair], hook: st
         `vp_coord` pairs (their sentences give V1, the object and "and").
     hook : str
     core : Core or None
+    starts : ndarray [N] of int or None
+        Flip from these positions on; None: at every position (the first version's rule). Ignored when `core` is None.
     sample : bool
         Draw each choice from the softmax over the two forms (seeded by `seed`) instead of the larger logit.
     seed : int
@@ -574,25 +577,22 @@ def flip_coordination(am: AgreementModel, pairs: Sequence[MinimalPair], hook: st
     Raises
     ------
     ValueError
-        If a pair is not `vp_coord` (naming its construction).
+        If a pair is not `vp_coord` (naming its construction), or `starts` does not give one position per pair.
     """
-    for p in pairs:
-        if p.construction != "vp_coord" or p.sentence.verb2_index is None:
-            raise ValueError(f"flip_coordination needs vp_coord pairs, got a {p.construction!r} pair")
+    bad = [p.construction for p in pairs if p.construction != "vp_coord" or p.sentence.verb2_index is None]
+    if bad: raise ValueError(f"flip_coordination needs vp_coord pairs, got a {bad[0]!r} pair")
+    if starts is not None and len(starts) != len(pairs): raise ValueError(f"{len(starts)} starts for {len(pairs)} pairs")
     verbs = default_lexicon().verbs
     num = {f: n for v in verbs for n, f in (("sg", v.sg), ("pl", v.pl))}
     sg_pl = {f: (v.sg, v.pl) for v in verbs for f in (v.sg, v.pl)}
-    gen = torch.Generator().manual_seed(seed)
-    rev1, rev2, ex = [], [], []
-    for p in tqdm(pairs, desc=f"coordinate {am.name}", disable=not progress, leave=False):
-        s = p.sentence
-        v1 = s.words[s.verb_index]
-        with ablate(am.model, hook, core, "flip") if core is not None else contextlib.nullcontext():
-            w1 = _choose(am, s.words[:s.verb_index], sg_pl[v1], sample, gen)
+    gen, rev1, rev2, ex = torch.Generator().manual_seed(seed), [], [], []
+    for i, p in enumerate(tqdm(pairs, desc=f"coordinate {am.name}", disable=not progress, leave=False)):
+        s, at = p.sentence, None if starts is None else torch.tensor([int(starts[i])])
+        with ablate(am.model, hook, core, "flip", pos=at) if core is not None else contextlib.nullcontext():
+            w1 = _choose(am, s.words[:s.verb_index], sg_pl[s.words[s.verb_index]], sample, gen)
             middle = list(s.words[:s.verb_index]) + [w1] + list(s.words[s.verb_index + 1:s.verb2_index])
             w2 = _choose(am, middle, _sg_pl(p), sample, gen)
-        rev1.append(num[w1] != p.subject_number)
-        rev2.append(num[w2] != p.subject_number)
+        rev1.append(num[w1] != p.subject_number); rev2.append(num[w2] != p.subject_number)
         if len(ex) < 3: ex.append(" ".join(middle + [w2]))
     rev1, rev2 = np.array(rev1), np.array(rev2)
     return dict(reversed=float(rev1.mean()), later_reversed=float(rev2[rev1].mean()) if rev1.any() else float("nan"),

@@ -379,15 +379,23 @@ def flip_first_verb(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str,
 
 
 # %% ../../nbs/28_agreement_rulers.ipynb #b895579c
+def _cell_rank(cell: str):
+    "SS, SP, PS, PP, then S, P, then anything else."
+    order = ("SS", "SP", "PS", "PP", "S", "P")
+    return (order.index(cell) if cell in order else len(order), cell)
+
+
 def spearman_vs_label(z1: np.ndarray, z2: np.ndarray, numbers: np.ndarray, n_boot: int = 1000, n_null: int = 50,
-                      seed: int = 0) -> dict:
+                      seed: int = 0, cells: np.ndarray | None = None) -> dict:
     """Spearman ρ of two models' axis coordinates, against a code that knows only the subject's number.
 
     The label-only null keeps the first model's coordinates but shuffles them within each subject
     number: a code with exactly that model's separation of singular from plural and no other shared
     order. Its ρ with the second model (mean over `n_null` shuffles) is what the label alone gives on
     these pairs. The within-number correlations (singular subjects only, plural only) ask the
-    same question directly.
+    same question directly; with `cells` (subject and attractor number: "SS", "SP", "PS", "PP", or "S", "P"
+    without an attractor) they are also computed within each cell, so an attractor shared by the two
+    models' orders is not taken for agreement beyond the label.
 
     Parameters
     ----------
@@ -396,21 +404,26 @@ def spearman_vs_label(z1: np.ndarray, z2: np.ndarray, numbers: np.ndarray, n_boo
     numbers : ndarray [N]
         The subject's number of each sentence ("sg"/"pl", or ±1).
     n_boot, n_null, seed : int
+    cells : ndarray [N] of str, optional
+        Each sentence's number cell (`MinimalPair.sentence.cell`); cells with fewer than 3 sentences are left out.
 
     Returns
     -------
     dict with `rho`, `lo`, `hi` (95% bootstrap), `null` (label-only ρ), `excess` (ρ − null) with
-    `excess_lo`, `excess_hi`, and `within` (number → {"rho", "lo", "hi"})
+    `excess_lo`, `excess_hi`, `within` (number → {"rho", "lo", "hi"}) and, with `cells`, `within_cell` (cell → {"rho", "lo", "hi",
+    "n"})
 
     Raises
     ------
     ValueError
-        If the arrays differ in length, or a number has fewer than 3 sentences.
+        If the arrays (or `cells`) differ in length, or a number has fewer than 3 sentences.
     """
     z1, z2, y = np.asarray(z1, float), np.asarray(z2, float), np.asarray(numbers)
     if not z1.shape == z2.shape == y.shape or z1.ndim != 1:
         raise ValueError(f"z1, z2, numbers must be equal 1-D arrays, got {z1.shape}, {z2.shape}, {y.shape}")
     cls = {c: np.flatnonzero(y == c) for c in np.unique(y)}
+    if cells is not None and np.shape(cells) != y.shape:
+        raise ValueError(f"cells must give one cell per sentence: shape {np.shape(cells)}, expected {y.shape}")
     if min(len(ix) for ix in cls.values()) < 3:
         raise ValueError(f"each subject number needs ≥ 3 sentences, got {({str(c): len(ix) for c, ix in cls.items()})}")
     rng = np.random.default_rng(seed)
@@ -434,13 +447,17 @@ def spearman_vs_label(z1: np.ndarray, z2: np.ndarray, numbers: np.ndarray, n_boo
             j = np.flatnonzero(y[i] == c)
             sh[j] = sh[rng.permutation(j)]
         ex.append(r - spearmanr(sh, z2[i])[0])
-    within = {}
-    for c, ix in cls.items():
+
+    def within(ix):
         wb = [spearmanr(z1[j], z2[j])[0] for j in (rng.choice(ix, len(ix)) for _ in range(min(n_boot, 300)))]
         lo, hi = np.nanpercentile(wb, [2.5, 97.5])
-        within[str(c)] = dict(rho=float(spearmanr(z1[ix], z2[ix])[0]), lo=float(lo), hi=float(hi))
+        return dict(rho=float(spearmanr(z1[ix], z2[ix])[0]), lo=float(lo), hi=float(hi), n=len(ix))
+    extra = {}
+    if cells is not None:
+        cl = np.asarray(cells).astype(str)
+        extra["within_cell"] = {str(c): within(np.flatnonzero(cl == c)) for c in sorted(set(cl), key=_cell_rank) if (cl == c).sum() >= 3}
     lo, hi = np.nanpercentile(boots, [2.5, 97.5])
     elo, ehi = np.nanpercentile(ex, [2.5, 97.5])
     return dict(rho=rho, lo=float(lo), hi=float(hi), null=nul, excess=rho - nul, excess_lo=float(elo),
-                excess_hi=float(ehi), within=within)
+                excess_hi=float(ehi), within={str(c): within(ix) for c, ix in cls.items()}) | extra
 
