@@ -31,8 +31,8 @@ BUDGET_S, SMALL_SWEEP_S = 600.0, 173.6           # the rule's 10 minutes; the sm
 GRID = dict(omegas=(1.0, 2.0), ps=(31, 43, 53), seeds=2, cores=2)
 RULE = ("the main model replaces the small one in the book sweep if its 12 runs (ω ∈ {1, 2}, p ∈ {31, 43, 53}, "
         "2 seeds), two at a time on 2 cores, add at most 10 minutes to the chapter; estimated from timed runs "
-        "of the main model (one-cycle over the main steps, stopped once grokked): seconds per step linear in "
-        "p² between the measured p, the ω = 1 steps linear in p, half of them at ω = 2")
+        "of the main model (one-cycle over the main steps, stopped once grokked): CPU seconds per step linear "
+        "in p² between the measured p, the ω = 1 steps linear in p, half of them at ω = 2")
 
 
 def run(p: int, omega: float, seed: int) -> dict:
