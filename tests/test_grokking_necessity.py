@@ -2,6 +2,8 @@
 position alone, each against its own floor, on a planted model whose answer later positions re-read."""
 import pickle
 
+import numpy as np
+
 import pytest
 import torch
 
@@ -78,3 +80,33 @@ def test_track_cores_carries_the_every_position_numbers():
     assert {"every_floor", "every_level_nec", "ace_nec_every", "ace_suff_every"} <= set(s)
     assert s["every_floor"] == c.every.floor
     assert pickle.loads(pickle.dumps(rows[0])).cores[0].every.floor == c.every.floor
+
+
+def test_a_scheduled_sweep_run_stopped_at_grokking_is_a_prefix_of_the_full_run(monkeypatch):
+    """The sweep trains with the main runs' one-cycle schedule over `max_steps` and stops a run once it groks:
+    the stopped run's loss and lr are the first part of the unstopped run's (the schedule does not depend on
+    the stop). A planted grokking: the evaluation reports test accuracy 1 from its fifth call (step 20) on.
+    `grokking_sweep` takes the schedule and refuses another stop_at."""
+    import coreinv.tasks.modular as mod
+    from coreinv.tasks.grokking_scaling import grokking_sweep
+    from coreinv.tasks.modular import log_columns
+    kw = dict(lr=1e-2, schedule="onecycle", pct_start=0.1, log_every=5, progress=False, seed=0)
+    data = modular_data(7, 0.6, seed=0)
+    tiny = lambda: make_modular_model(7, seed=0, n_layers=1, d_model=16, n_heads=2, d_mlp=32)
+    full = log_columns(train_modular(tiny(), data, 40, **kw)[0])
+    real, calls = mod.evaluate, {"n": 0}
+
+    def groks_at_20(model, data):
+        calls["n"] += 1
+        return real(model, data) | ({"test_acc": 1.0} if calls["n"] >= 5 else {})
+    monkeypatch.setattr(mod, "evaluate", groks_at_20)
+    cut = log_columns(train_modular(tiny(), data, 40, stop_at=0.95, **kw)[0])
+    assert cut["step"][-1] == 20 and full["step"][-1] == 40
+    for k in ("loss", "lr"):
+        assert np.array_equal(cut[k], full[k][: len(cut[k])], equal_nan=True), k
+    monkeypatch.setattr(mod, "evaluate", real)
+    rows = grokking_sweep([1.0], [7], max_steps=40, log_every=5, schedule="onecycle", pct_start=0.1,
+                          model_kw=dict(n_layers=1, d_model=16, n_heads=2, d_mlp=32), processes=1, progress=False)
+    assert rows[0]["steps_run"] <= 40
+    with pytest.raises(ValueError, match="stop_at"):
+        grokking_sweep([1.0], [7], max_steps=10, stop_at=0.5, processes=1, progress=False)
