@@ -83,7 +83,8 @@ def plot_core_dims(ax, rows: list, log, times: dict, layer: int):
         Drawn on (log-scale dimension); a twin right axis shows the accuracies faintly.
     rows : list of CoreSnapshot
         `track_cores`'s result. A k of None (more than the largest k tried) is drawn at k_max + 1 with a
-        hollow triangle (censored).
+        hollow triangle (censored). Cores that carry `every` (`track_cores(core_fn=core_at_every_position)`)
+        add the ACE necessary k with the removal at every position (dashed).
     log : TrainLog or list of dict
         The run's log, with columns `step`, `train_acc` and `test_acc`.
     times : dict
@@ -103,6 +104,9 @@ def plot_core_dims(ax, rows: list, log, times: dict, layer: int):
                                       ("pca", "k_necessary", ":s", "PCA necessary k")):
         dims = lambda r, kind=kind: getattr(r.cores[layer], f"{kind}_dims")
         _plot_k(ax, st, rows, dims, which, style, label)
+    if all(getattr(r.cores[layer], "every", None) is not None for r in rows):
+        _plot_k(ax, st, rows, lambda r: r.cores[layer].every.dims, "k_necessary", "--s",
+                "ACE necessary k, every position")
     ax.plot(st, column(rows, lambda r: r.cores[layer].ace_pr), "-", color="k", lw=1, alpha=0.6,
             label="ACE participation ratio")
     _censored_key(ax)

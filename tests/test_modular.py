@@ -248,6 +248,7 @@ def test_paper_preset_dry_run():
     """The chapter's steps at the `paper` preset's sizes, on CPU: one training step of the main model, one
     core analysis (ACE on all p² pairs, a few k) with its shift operator, one sweep run of one step, and the
     censored scaling fit. A shape error shows here, not after an hour on a GPU."""
+    from coreinv.tasks.grokking_necessity import core_at_every_position
     from coreinv.presets import sizes
     S = sizes("grokking", "paper")
     data = modular_data(S.p, S.train_frac, seed=0)
@@ -255,8 +256,8 @@ def test_paper_preset_dry_run():
     log, snaps = train_modular(model, data, 1, lr=S.lr, weight_decay=S.weight_decay, schedule="onecycle",
                                pct_start=S.pct_start, log_every=1, snapshot_every=1, progress=False)
     assert list(snaps) == [0, 1] and np.isfinite(log_columns(log)["train_loss"]).all()
-    r = core_at(model, data, f"blocks.{S.n_layers - 1}.hook_resid_post", k_max=3, split="train")
-    assert r.ace_dims.ks == [1, 2, 3] and r.acts.shape == (S.p * S.p, S.d_model)
+    r = core_at_every_position(model, data, f"blocks.{S.n_layers - 1}.hook_resid_post", k_max=3, split="train")
+    assert r.ace_dims.ks == [1, 2, 3] and r.acts.shape == (S.p * S.p, S.d_model) and r.every.dims.ks == [1, 2, 3]
     Z = r.ace.transform(r.acts, 4)                                       # [p*p, 4]
     ev = operator_spectrum(shift_operator(Z, S.p))
     assert len(ev) == 4 and np.isfinite(rotation_summary(ev, S.p, [1, 2])["unit_dev"])
@@ -265,6 +266,8 @@ def test_paper_preset_dry_run():
                               model_kw=dict(n_layers=S.n_layers, d_model=S.sweep_d_model, n_heads=S.n_heads,
                                             d_mlp=S.sweep_d_mlp))
     assert rows[0]["censored"] and not rows[0]["no_fit_first"]
+    n_fix = round(S.train_frac * min(S.sweep_ps) ** 2)                 # the confound cell: the smallest p's pairs
+    assert len(modular_data(S.sweep_confound_p, n_fix / S.sweep_confound_p ** 2).train) == n_fix
     om, pp = np.meshgrid(S.sweep_omegas, S.sweep_ps)
     tau = 3e4 / (om * pp)
     fit = fit_scaling_law(om, pp, np.minimum(tau, S.sweep_max_steps), tau > S.sweep_max_steps, how="tobit", n_boot=10)

@@ -158,8 +158,10 @@ def grokking_sweep(omegas, ps, seeds=(0,), *, max_steps: int, train_frac: float 
         As in `coreinv.train.map_processes` (the runs are independent; off the CPU, one after another here).
     progress : bool
     **train_kw
-        Passed to `train_modular` (e.g. `grad_clip`, `loss_dtype`), so that the sweep trains as the main
-        runs do; not `schedule`: a run that stops when it groks has no length to schedule over.
+        Passed to `train_modular` (e.g. `grad_clip`, `loss_dtype`, `schedule="onecycle"`, `pct_start`), so
+        that the sweep trains as the main runs do. A schedule runs over `max_steps` (the main run's length,
+        to train as the main runs do), and a run that groks stops there: its trajectory up to τ_grok is
+        the one it would have had without the stop.
 
     Returns
     -------
@@ -173,11 +175,11 @@ def grokking_sweep(omegas, ps, seeds=(0,), *, max_steps: int, train_frac: float 
     ------
     ValueError
         As `modular_data` and `make_modular_model`, on a bad p, `train_frac` or model size; or if
-        `train_kw` holds `schedule` or `stop_at`.
+        `train_kw` holds `stop_at`.
     """
-    if "schedule" in train_kw or "stop_at" in train_kw:
-        raise ValueError("grokking_sweep runs each model at a constant lr until it groks (stop_at=level): "
-                         "a schedule or another stop_at cannot be passed")
+    if "stop_at" in train_kw:
+        raise ValueError("grokking_sweep stops each run when it groks (stop_at=level): another stop_at cannot be "
+                         "passed")
     model_kw = dict(model_kw or {})
     jobs = [dict(omega=float(w), p=int(p), seed=int(s), max_steps=max_steps, train_frac=train_frac, lr=lr,
                  betas=betas, log_every=log_every, level=level, model_kw=model_kw, train_kw=train_kw)

@@ -10,7 +10,7 @@ import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -1054,7 +1054,7 @@ def _track_chunk(cfg, snapshots: dict, data: ModularData, **kw) -> list[CoreSnap
 
 def track_cores(model, snapshots: dict, data: ModularData, hooks: list[str] | None = None,
                 times_uniform: float = 2.0, split: str = "train", k_sweep: int = 24,
-                processes: int | None = None, progress: bool = True) -> list[CoreSnapshot]:
+                processes: int | None = None, progress: bool = True, core_fn: Callable | None = None) -> list[CoreSnapshot]:
     """Core dims, participation ratios, Fourier frequencies and the shift operator's spectrum at each snapshot.
 
     Parameters
@@ -1077,6 +1077,8 @@ def track_cores(model, snapshots: dict, data: ModularData, hooks: list[str] | No
         its own copy of the model rebuilt from `model.cfg`); None: up to the CPU count. A model that
         is not on the CPU is analysed here. The rows do not depend on it.
     progress : bool
+    core_fn : callable, optional
+        `core_fn(model, data, hook, split=split)` measures each hook (default `core_at`).
 
     Returns
     -------
@@ -1089,11 +1091,10 @@ def track_cores(model, snapshots: dict, data: ModularData, hooks: list[str] | No
     if n > 1 and len(items) > 1:
         chunks = [dict(items[i::n]) for i in range(n)]                  # round robin: early and late steps mixed
         jobs = [dict(cfg=model.cfg, snapshots=c, data=data, hooks=hooks, times_uniform=times_uniform,
-                     split=split, k_sweep=k_sweep) for c in chunks if c]
+                     split=split, k_sweep=k_sweep, core_fn=core_fn) for c in chunks if c]
         done = [r for rows in map_processes(_track_chunk, jobs, len(jobs), progress=progress, desc="cores")
                 for r in rows]
-        order = {step: i for i, (step, _) in enumerate(items)}
-        return sorted(done, key=lambda r: order[r.step])
+        return sorted(done, key=lambda r: list(snapshots).index(r.step))  # the order of `snapshots`
     m, rows = copy.deepcopy(model), []
     for step, sd in tqdm(snapshots.items(), desc="cores", disable=not progress, leave=False):
         m.load_state_dict(sd); m.eval()
@@ -1101,7 +1102,7 @@ def track_cores(model, snapshots: dict, data: ModularData, hooks: list[str] | No
         keys = active_frequencies(power, times_uniform)
         row = CoreSnapshot(int(step), keys, power, [], [], [], [], [], [])
         for hook in hooks:
-            r = core_at(m, data, hook, split=split)
+            r = (core_fn or core_at)(m, data, hook, split=split)
             rank = r.ace.rank_
             freqs = code_frequencies(r.ace.transform(r.acts, r.ace_dims.k_sufficient or rank), data.p, times_uniform)
             k = operator_k(len(freqs), r.ace_dims.k_sufficient, rank)
@@ -1109,8 +1110,7 @@ def track_cores(model, snapshots: dict, data: ModularData, hooks: list[str] | No
             ev = operator_spectrum(shift_operator(Z[:, :k], data.p))
             dev = [float(np.abs(np.abs(operator_spectrum(shift_operator(Z[:, :j], data.p))) - 1).mean())
                    for j in range(1, min(k_sweep, rank) + 1)]
-            row.cores.append(LayerCore(r.hook, r.test_acc, r.ace_dims, r.pca_dims, r.ace_sv, r.pca_sv,
-                                       split=r.split, score_acc=r.score_acc, floor=r.floor, level_nec=r.level_nec))
+            row.cores.append(replace(r, ace=None, acts=None))                           # a LayerCore (or subclass)
             row.rot_k.append(k); row.eigvals.append(ev); row.rotations.append(rotation_summary(ev, data.p, keys))
             row.core_freqs.append(freqs); row.dev_by_k.append(np.array(dev))
         rows.append(row)
