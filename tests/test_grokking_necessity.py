@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from coreinv.ace import Core
+from coreinv.base import Core
 from coreinv.tasks.grokking_necessity import (LayerCoreEvery, core_at_every_position, necessity_at,
                                               planted_copies, position_evaluator, position_means)
 from coreinv.tasks.modular import answer_accuracy, make_modular_model, modular_data, track_cores, train_modular

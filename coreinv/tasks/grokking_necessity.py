@@ -15,7 +15,9 @@ import torch
 from torch import Tensor, nn
 
 from ..ablate import CoreDims, ablate, core_dims, mean_core
-from ..ace import ACE, Core, record_activation
+from ..ace import ACE
+from ..base import Core
+from ..hooks import record_activation
 from .modular import LayerCore, ModularData, answer_accuracy, core_at
 
 # %% auto #0
