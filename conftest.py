@@ -61,6 +61,25 @@ def pytest_configure(config):
     config.coreinv_chapter_runs = {}
 
 
+FILE_SECONDS: dict[str, float] = {}  # test file (nbval: notebook) → seconds of its setup, call and teardown
+
+
+def pytest_runtest_logreport(report):
+    path = report.nodeid.split("::")[0]
+    FILE_SECONDS[path] = FILE_SECONDS.get(path, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    "Seconds per test file (nbval: per notebook), longest first, and their sum: where a run's time goes."
+    totals = FILE_SECONDS
+    if not totals: return
+    tr = terminalreporter
+    tr.section("seconds per file")
+    for path, sec in sorted(totals.items(), key=lambda t: -t[1]):
+        tr.write_line(f"{sec:8.1f}  {path}")
+    tr.write_line(f"{sum(totals.values()):8.1f}  in all ({len(totals)} files)")
+
+
 @pytest.hookimpl(trylast=True)  # after -k/-m deselection and pytest's own fixture ordering
 def pytest_collection_modifyitems(config, items):
     if any(hasattr(i, "cell") for i in items):

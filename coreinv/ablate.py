@@ -20,7 +20,7 @@ from .ace import ACE
 
 # %% auto #0
 __all__ = ['MODES', 'ablate', 'sufficiency', 'necessity', 'CoreDims', 'core_dims', 'hook_evaluator', 'mean_core', 'random_core',
-           'pca_core', 'class_means_core', 'probe_core']
+           'pca_core', 'pca_cores', 'class_means_core', 'probe_core']
 
 # %% ../nbs/11_ablate.ipynb #dbeaeff0
 MODES = ("keep", "remove", "flip")
@@ -462,12 +462,35 @@ def pca_core(acts: Tensor, k: int) -> Core:
     ValueError
         On malformed acts (fewer than 2 rows, NaN) or k out of range.
     """
+    return pca_cores(acts)(k)
+
+
+def pca_cores(acts: Tensor) -> Callable[[int], Core]:
+    """`k ↦ pca_core(acts, k)` from one SVD: what `core_dims` takes, without an SVD for each k it tries.
+
+    Parameters
+    ----------
+    acts : Tensor or array [N, D]
+
+    Returns
+    -------
+    callable
+        `core(k)` for k in 1..min(N, D), the same `Core` as `pca_core(acts, k)` (bit for bit).
+
+    Raises
+    ------
+    ValueError
+        On malformed acts (fewer than 2 rows, NaN); `core(k)` on k out of range.
+    """
     a = as_acts(acts, min_samples=2)                                # [N, D]
-    if not 1 <= k <= min(a.shape):
-        raise ValueError(f"k must be in 1..{min(a.shape)}, got {k}")
     mean = a.mean(0)
-    _, _, Vh = torch.linalg.svd(a - mean, full_matrices=False)
-    return Core(Vh[:k].T.contiguous(), mean)
+    _, _, Vh = torch.linalg.svd(a - mean, full_matrices=False)     # [min(N, D), D]
+
+    def core(k: int) -> Core:
+        if not 1 <= k <= min(a.shape):
+            raise ValueError(f"k must be in 1..{min(a.shape)}, got {k}")
+        return Core(Vh[:k].T.contiguous(), mean)
+    return core
 
 
 def class_means_core(acts: Tensor, labels: Tensor, k: int | None = None) -> Core:

@@ -251,7 +251,7 @@ def _plain(x: Any, todo: list) -> str | None:
         return repr(x)
     if inspect.isfunction(x) or inspect.isclass(x) or inspect.ismethod(x):
         todo.append(x)
-        return f"<{getattr(x, '__module__', '?')}.{getattr(x, '__qualname__', '?')}>"
+        return f"<{_label(x)}>"
     if isinstance(x, (list, tuple)):
         items = [_plain(v, todo) for v in x]
         return None if None in items else f"{type(x).__name__}[{', '.join(items)}]"
@@ -263,6 +263,13 @@ def _plain(x: Any, todo: list) -> str | None:
         if any(k is None or v is None for k, v in items): return None
         return "{" + ", ".join(f"{k}: {v}" for k, v in sorted(items)) + "}"
     return None
+
+
+def _label(obj: Any) -> str:
+    """How a key names a function or class: ours (`_ours`) by its qualified name without its module, so that
+    a move keeps the key; an installed package's with its module."""
+    qual = getattr(obj, "__qualname__", getattr(obj, "__name__", "?"))
+    return qual if _ours(obj) else f"{getattr(obj, '__module__', '?')}.{qual}"
 
 
 def _unwrap(obj: Any) -> Any:
@@ -289,7 +296,9 @@ def function_key(*fns: Callable) -> str:
     """A key for the code of `fns` and of the functions, classes and constants they use, followed through calls.
 
     Narrower than `code_key`: a checkpoint keyed on its training functions is not invalidated by an
-    edit elsewhere in their modules. A lambda or nested function stands for its enclosing function.
+    edit elsewhere in their modules, nor by moving them to another module (the package's and the
+    user's functions and constants are named without their module; two of one name in different
+    modules both count). A lambda or nested function stands for its enclosing function.
     The code of `coreinv` and of the user's own modules is hashed; installed packages (PyTorch,
     TransformerLens) are not followed: their versions are keyed apart (`coreinv.results.provenance`).
 
@@ -303,21 +312,21 @@ def function_key(*fns: Callable) -> str:
     str
         12 hex digits; unchanged by docstring and comment edits.
     """
-    seen: dict[str, str] = {}
+    seen: dict[str, tuple[str, str]] = {}                              # full name: (label, hash or text)
     todo = [getattr(f, "func", f) for f in fns]                       # functools.partial → its function
     while todo:
         fn = _unwrap(todo.pop())
         name = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
         if not _ours(fn):
-            seen[name] = ""; continue
+            seen[name] = (name, ""); continue
         fn = _top_level(fn)
         name = f"{fn.__module__}.{fn.__qualname__}"
         if name in seen: continue
         try: source = textwrap.dedent(inspect.getsource(fn))
         except OSError:                                  # no source (exec'd, or a class made at run time)
             code = getattr(fn, "__code__", None)
-            seen[name] = _code_digest(code) if code else ""; continue
-        seen[name] = syntax_hash(source)
+            seen[name] = (_label(fn), _code_digest(code) if code else ""); continue
+        seen[name] = (_label(fn), syntax_hash(source))
         mod = sys.modules[fn.__module__]
         names = set()
         for node in ast.walk(ast.parse(source)):
@@ -335,5 +344,5 @@ def function_key(*fns: Callable) -> str:
                 todo.append(obj)
             elif _ours(owner) and attr in vars(owner) and not inspect.ismodule(obj):
                 text = _plain(obj, todo)                                  # a module constant the code reads
-                if text is not None: seen[f"{owner.__name__}.{attr}"] = text
-    return digest(sorted(seen.items()))
+                if text is not None: seen[f"{owner.__name__}.{attr}"] = (attr, text)
+    return digest(sorted(seen.values()))

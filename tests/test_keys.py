@@ -106,3 +106,31 @@ def test_methods_and_data_tables_are_keyed_with_the_code_they_reach(tmp_path, mo
         src.write_text(edit)
         after = keys(importlib.reload(keyprobe))
         assert (after == base) == same, (edit, base, after)
+
+
+def test_a_move_to_another_module_keeps_the_key_and_namesakes_both_count(tmp_path, monkeypatch):
+    """Moving a function (a refactor) keeps the checkpoints it keys; two functions of one name in different
+    modules are both hashed (naming them without their module must not merge them)."""
+    import importlib
+    from coreinv.keys import function_key
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def key(files: dict) -> str:
+        pkg = tmp_path / "moveprobe"
+        shutil.rmtree(pkg, ignore_errors=True); pkg.mkdir()
+        for name, text in {"__init__.py": "", **files}.items():
+            (pkg / name).write_text(text)
+        for m in [m for m in sys.modules if m.startswith("moveprobe")]: del sys.modules[m]
+        importlib.invalidate_caches()
+        return function_key(importlib.import_module("moveprobe.loss").loss)
+
+    helper = "SCALE = 2\n\n\ndef helper(x):\n    return x * SCALE\n"
+    loss = "from .{} import helper\n\n\ndef loss(x):\n    return helper(x) + 1\n"
+    base = key({"a.py": helper, "loss.py": loss.format("a")})
+    assert key({"b.py": helper, "loss.py": loss.format("b")}) == base                  # moved: same key
+    assert key({"b.py": helper.replace("SCALE = 2", "SCALE = 3"), "loss.py": loss.format("b")}) != base
+    # namesakes: loss calls a.helper and b.helper (both `helper`); editing either changes the key
+    both = ("from . import a, b\n\n\ndef loss(x):\n    return a.helper(x) + b.helper(x)\n")
+    k2 = key({"a.py": helper, "b.py": helper, "loss.py": both})
+    assert key({"a.py": helper, "b.py": helper.replace("x * SCALE", "x - SCALE"), "loss.py": both}) != k2
+    assert key({"a.py": helper.replace("x * SCALE", "x - SCALE"), "b.py": helper, "loss.py": both}) != k2

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..ablate import CoreDims, core_dims, hook_evaluator, pca_core, random_core
+from ..ablate import CoreDims, core_dims, hook_evaluator, pca_cores, random_core
 from ..base import Core
 from ..hooks import record_activation
 from ..ace import ACE
@@ -509,7 +509,7 @@ def markov_core_report(model: torch.nn.Module, T: np.ndarray, ace_tokens: Tensor
     evaluate = hook_evaluator(model, hook, eval_tokens, kl)
     intact, chance = evaluate(None), unigram_kl(T)
     cores = dict(ace=(ace, [j for j in ks if j <= ace.rank_]),
-                 pca=(lambda j: pca_core(flat, j), list(ks)),
+                 pca=(pca_cores(flat), list(ks)),
                  random=(lambda j: random_core(flat.shape[1], j, ace.mean_, seed=seed + j), list(ks)))
     sweep = {name: core_dims(evaluate, get, js, intact, chance, progress=False)  # one bar: the caller's
              for name, (get, js) in cores.items()}
