@@ -1,4 +1,4 @@
-"""Tests for coreinv.tasks.grokking_necessity: necessity with the ablation at every position, beside the `=`
+"""Tests for coreinv.tasks.grokking.necessity: necessity with the ablation at every position, beside the `=`
 position alone, each against its own floor, on a planted model whose answer later positions re-read."""
 import pickle
 
@@ -8,9 +8,11 @@ import pytest
 import torch
 
 from coreinv.base import Core
-from coreinv.tasks.grokking_necessity import (LayerCoreEvery, core_at_every_position, necessity_at,
+from coreinv.tasks.grokking.necessity import (LayerCoreEvery, core_at_every_position, necessity_at,
                                               planted_copies, position_evaluator, position_means)
-from coreinv.tasks.modular import answer_accuracy, make_modular_model, modular_data, track_cores, train_modular
+from coreinv.tasks.grokking.cores import track_cores
+from coreinv.tasks.grokking.data import answer_accuracy, modular_data
+from coreinv.tasks.grokking.training import make_modular_model, train_modular
 
 
 @pytest.fixture(autouse=True)
@@ -87,9 +89,9 @@ def test_a_scheduled_sweep_run_stopped_at_grokking_is_a_prefix_of_the_full_run(m
     the stopped run's loss and lr are the first part of the unstopped run's (the schedule does not depend on
     the stop). A planted grokking: the evaluation reports test accuracy 1 from its fifth call (step 20) on.
     `grokking_sweep` takes the schedule and refuses another stop_at."""
-    import coreinv.tasks.modular as mod
-    from coreinv.tasks.grokking_scaling import grokking_sweep
-    from coreinv.tasks.modular import log_columns
+    import coreinv.tasks.grokking.training as mod
+    from coreinv.tasks.grokking.scaling import grokking_sweep
+    from coreinv.tasks.grokking.training import log_columns
     kw = dict(lr=1e-2, schedule="onecycle", pct_start=0.1, log_every=5, progress=False, seed=0)
     data = modular_data(7, 0.6, seed=0)
     tiny = lambda: make_modular_model(7, seed=0, n_layers=1, d_model=16, n_heads=2, d_mlp=32)

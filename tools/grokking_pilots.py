@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 
 from coreinv.presets import sizes
-from coreinv.tasks.modular import grokking_run, grokking_times, log_columns
+from coreinv.tasks.grokking.training import grokking_run, grokking_times, log_columns
 from coreinv.train import map_processes
 
 CANDIDATES = {"betas (0.9, 0.999)": dict(betas=(0.9, 0.999)),

@@ -38,7 +38,8 @@ RULE = ("the main model replaces the small one in the book sweep if its 12 runs 
 def run(p: int, omega: float, seed: int) -> dict:
     "One main-model run at (p, ω, seed), one-cycle over 3000 steps, stopped at test accuracy ≥ 0.95; timed."
     import torch
-    from coreinv.tasks.modular import grokking_times, log_columns, make_modular_model, modular_data, train_modular
+    from coreinv.tasks.grokking.data import modular_data
+    from coreinv.tasks.grokking.training import grokking_times, log_columns, make_modular_model, train_modular
     torch.set_num_threads(1)
     data = modular_data(p, 0.5, seed=seed)
     model = make_modular_model(p, 2, 128, 4, 512, seed=seed, normalization_type="LN")

@@ -1,5 +1,5 @@
-"""Tests for coreinv.tasks.modular beyond the notebook's own checks (nbs/22_tasks_modular.ipynb, run by
-nbval): more bad inputs, exact Fourier powers, censoring in the scaling fit, rotations of scaled codes,
+"""Tests for coreinv.tasks.grokking (data, fourier, training, cores, scaling) beyond the notebooks' own checks
+(nbs/22_grokking_*.ipynb, run by nbval): more bad inputs, exact Fourier powers, censoring in the scaling fit, rotations of scaled codes,
 resuming a killed run, and core_at's bisection against a full sweep."""
 import math
 
@@ -7,14 +7,17 @@ import numpy as np
 import pytest
 import torch
 
-import coreinv.tasks.modular as mod
+import coreinv.tasks.grokking.cores as cores
+import coreinv.tasks.grokking.training as training
 from helpers import hash_in_fresh_process
 from coreinv.identify import operator_spectrum
-from coreinv.tasks.grokking_scaling import fit_scaling_law, grokking_sweep, predict_tau
-from coreinv.tasks.modular import (active_frequencies, answer_forward, code_frequencies, core_at,
-                                   frequency_power, log_columns, make_modular_model, modular_data, operator_k,
-                                   rotation_summary, shift_operator, stable_steps, stays_grokked,
-                                   track_cores, train_modular)
+from coreinv.tasks.grokking.cores import core_at, operator_k, track_cores
+from coreinv.tasks.grokking.data import answer_forward, modular_data
+from coreinv.tasks.grokking.fourier import (active_frequencies, code_frequencies, frequency_power, rotation_summary,
+                                            shift_operator)
+from coreinv.tasks.grokking.scaling import fit_scaling_law, grokking_sweep, predict_tau
+from coreinv.tasks.grokking.training import (log_columns, make_modular_model, stable_steps, stays_grokked,
+                                             train_modular)
 
 TINY = dict(n_layers=1, d_model=16, n_heads=2, d_mlp=32)
 
@@ -174,7 +177,7 @@ def _train_tiny(steps=40, **kw):
 
 def test_train_modular_resumes_after_a_kill(tmp_path, monkeypatch):
     straight, data, log_a, snaps_a = _train_tiny(snapshot_every=10)
-    real = mod.evaluate
+    real = training.evaluate
     calls = {"n": 0}
 
     def dying(model, data):
@@ -183,10 +186,10 @@ def test_train_modular_resumes_after_a_kill(tmp_path, monkeypatch):
             raise KeyboardInterrupt
         return real(model, data)
 
-    monkeypatch.setattr(mod, "evaluate", dying)
+    monkeypatch.setattr(training, "evaluate", dying)
     with pytest.raises(KeyboardInterrupt):
         _train_tiny(snapshot_every=10, checkpoint_dir=tmp_path, checkpoint_every=20)
-    monkeypatch.setattr(mod, "evaluate", real)
+    monkeypatch.setattr(training, "evaluate", real)
     resumed, _, log_b, snaps_b = _train_tiny(snapshot_every=10, checkpoint_dir=tmp_path, checkpoint_every=20)
     assert all(torch.equal(p, q) for p, q in zip(straight.parameters(), resumed.parameters()))
     assert list(snaps_b) == list(snaps_a) == [0, 10, 20, 30, 40]
@@ -199,9 +202,9 @@ def test_core_at_bisection_agrees_with_a_sweep():
     r = core_at(model, data, "blocks.0.hook_resid_post")
     assert r.pca_dims.ks[-1] == 16
     # the bisection's answer is the smallest sufficient k of a full sweep
-    ev = mod.hook_evaluator(model, "blocks.0.hook_resid_post", data.tokens[data.test], mod.answer_accuracy(7), pos=-1)
+    ev = cores.hook_evaluator(model, "blocks.0.hook_resid_post", data.tokens[data.test], cores.answer_accuracy(7), pos=-1)
     level = 1 / 7 + 0.95 * (r.test_acc - 1 / 7)          # sufficiency keeps 95% of the margin over chance
-    full = mod.core_dims(ev, r.ace, r.ace_dims.ks, r.test_acc, 1 / 7, level, 2 / 7, thresholds="raw",
+    full = cores.core_dims(ev, r.ace, r.ace_dims.ks, r.test_acc, 1 / 7, level, 2 / 7, thresholds="raw",
                          higher_is_better=True)
     k = r.ace_dims.k_sufficient                        # a sufficient k, or None when the largest k is not
     assert (k is None) == (full.keep[-1] < level)
@@ -233,12 +236,12 @@ def test_necessity_against_the_floor_on_a_planted_evaluator(monkeypatch):
             return evaluate
         return make
 
-    monkeypatch.setattr(mod, "hook_evaluator", planted(0.5))
+    monkeypatch.setattr(cores, "hook_evaluator", planted(0.5))
     new = core_at(model, data, hook, split="train")
     assert new.floor == 0.5 and new.ace_dims.k_necessary == 3 and new.pca_dims.k_necessary == 3
     old = core_at(model, data, hook, split="train", level_nec=2 / data.p)
     assert old.ace_dims.k_necessary is None and old.ace_dims.bounded("k_necessary")[1]     # censored
-    monkeypatch.setattr(mod, "hook_evaluator", planted(0.95))
+    monkeypatch.setattr(cores, "hook_evaluator", planted(0.95))
     bypassed = core_at(model, data, hook, split="train")
     assert bypassed.level_nec is None and bypassed.ace_dims.k_necessary is None
     assert bypassed.summary()["level_nec"] is None
@@ -248,7 +251,7 @@ def test_paper_preset_dry_run():
     """The chapter's steps at the `paper` preset's sizes, on CPU: one training step of the main model, one
     core analysis (ACE on all p² pairs, a few k) with its shift operator, one sweep run of one step, and the
     censored scaling fit. A shape error shows here, not after an hour on a GPU."""
-    from coreinv.tasks.grokking_necessity import core_at_every_position
+    from coreinv.tasks.grokking.necessity import core_at_every_position
     from coreinv.presets import sizes
     S = sizes("grokking", "paper")
     data = modular_data(S.p, S.train_frac, seed=0)
@@ -275,7 +278,8 @@ def test_paper_preset_dry_run():
 
 
 _TRAIN = """import json
-from coreinv.tasks.modular import log_columns, make_modular_model, modular_data, train_modular
+from coreinv.tasks.grokking.data import modular_data
+from coreinv.tasks.grokking.training import log_columns, make_modular_model, train_modular
 seed = int(sys.argv[1])
 data = modular_data(11, 0.5, seed=seed)
 model = make_modular_model(11, n_layers=2, d_model=32, n_heads=4, d_mlp=64, seed=seed)
