@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 from tqdm import tqdm
 
-from ...ablate import CoreDims, core_dims, hook_evaluator, mean_core, pca_core
+from ...ablate import CoreDims, core_dims, hook_evaluator, mean_core, pca_core, pca_cores
 from ...hooks import record_activation
 from ...ace import ACE
 from ...identify import operator_spectrum
@@ -206,7 +206,7 @@ def core_at(model, data: ModularData, hook: str, level_suff: float = 0.95, level
     nec_threshold = -math.inf if level_nec is None else level_nec
     pca_sv = torch.linalg.svdvals(acts.double() - acts.double().mean(0))   # [min(p*p, d)]
     dims = {}
-    for name, cores, rank in (("ace", ace.core, ace.rank_), ("pca", lambda k: pca_core(acts, k), acts.shape[1])):
+    for name, cores, rank in (("ace", ace.core, ace.rank_), ("pca", pca_cores(acts), acts.shape[1])):
         top = rank if k_max is None else min(rank, k_max)
         dims[name] = core_dims(evaluate, cores, range(1, top + 1), intact, 1 / data.p,
                                1 / data.p + level_suff * (intact - 1 / data.p),
