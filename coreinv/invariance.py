@@ -437,7 +437,7 @@ def rate_fit(X, U, Y, Ms, make_estimator, k: int | None = None, n_splits: int = 
     make_estimator : callable
         Returns a fresh estimator with `fit(X, U, Y)` and `eigvals_`.
     k : int, optional
-        Compare the top k eigenvalues (see `koopman.spectral_distance`).
+        Compare the top k eigenvalues (see `spectra.spectral_distance`).
     n_splits : int, default 20
     seed : int
 
