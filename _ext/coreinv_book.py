@@ -45,7 +45,7 @@ from docutils.transforms import Transform
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
-from coreinv.presets import GPU_TAG, is_gpu_cell
+from coreinv.presets import is_gpu_cell
 from coreinv.runtime import has_gpu
 
 LOGGER = logging.getLogger(__name__)
@@ -150,9 +150,8 @@ def _use_our_reader(app, config) -> None:
 
 def _note_unexecuted_gpu_cells(app, doctree) -> None:
     for cell in doctree.findall(_is_code_cell):
-        tags = cell.get("cell_metadata", {}).get("tags", [])
         has_output = any("cell_output" in c.get("classes", []) for c in cell.children)
-        if GPU_TAG in tags and not has_output:
+        if is_gpu_cell({"metadata": cell.get("cell_metadata", {})}) and not has_output:
             note = nodes.admonition(classes=["warning", "needs-gpu"])
             note += nodes.title("", "Needs a GPU")
             note += nodes.paragraph("", "This cell needs a GPU and was not run in this build. "

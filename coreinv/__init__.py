@@ -26,7 +26,8 @@ _EXPORTS = {
     "calibration": ["CalibrationData", "collect_triples", "check_update", "fit_realisations"],
     "dictionaries": ["IdentityDictionary", "PCADictionary", "RandomProjectionDictionary",
                      "RandomFourierDictionary", "SpectralDictionary", "SAEDictionary"],
-    "koopman": ["EDMDc", "spectral_distance", "split_half_curve", "SplitHalfCurve", "invariance_residual",
+    "koopman": ["EDMDc"],
+    "spectra": ["spectral_distance", "split_half_curve", "SplitHalfCurve", "invariance_residual",
                 "InvarianceResidual", "henrici", "eigvec_condition", "leading_modes", "mode_pca_angles"],
     "models": ["load_local"],
     "sae": ["SparseAutoencoder", "SAE", "sae_metrics", "ce_loss_recovered"],
@@ -44,12 +45,12 @@ if TYPE_CHECKING:                                 # for IDEs and type checkers; 
                                RandomProjectionDictionary, SAEDictionary, SpectralDictionary)
     from .hooks import hook_names, record_activation, replace_activation
     from .identify import fit_operator, lagged_pairs, match_spectra, operator_spectrum
-    from .koopman import (EDMDc, InvarianceResidual, SplitHalfCurve, eigvec_condition, henrici,
-                          invariance_residual, leading_modes, mode_pca_angles, spectral_distance,
-                          split_half_curve)
+    from .koopman import EDMDc
     from .merge import core_aligned_rotation, fold_layernorm, interpolate, rotate_residual
     from .models import load_local
     from .sae import SAE, SparseAutoencoder, ce_loss_recovered, sae_metrics
+    from .spectra import (InvarianceResidual, SplitHalfCurve, eigvec_condition, henrici, invariance_residual,
+                          leading_modes, mode_pca_angles, spectral_distance, split_half_curve)
 
 
 def __getattr__(name: str):

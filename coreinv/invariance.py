@@ -13,7 +13,8 @@ from scipy import stats
 
 from .base import clone
 from .dictionaries import Dictionary
-from .koopman import _check_triples, spectral_distance
+from .koopman import _check_triples
+from .spectra import _split_half_distances
 
 # %% auto #0
 __all__ = ['SpanResidual', 'span_residual_features', 'slow_manifold_system', 'split_rows', 'span_residual',
@@ -436,7 +437,7 @@ def rate_fit(X, U, Y, Ms, make_estimator, k: int | None = None, n_splits: int = 
     make_estimator : callable
         Returns a fresh estimator with `fit(X, U, Y)` and `eigvals_`.
     k : int, optional
-        Compare the top k eigenvalues (see `koopman.spectral_distance`).
+        Compare the top k eigenvalues (see `spectra.spectral_distance`).
     n_splits : int, default 20
     seed : int
 
@@ -453,16 +454,7 @@ def rate_fit(X, U, Y, Ms, make_estimator, k: int | None = None, n_splits: int = 
     Ms = np.asarray(sorted(Ms))
     if len(Ms) < 2 or n_splits < 2:
         raise ValueError(f"need at least 2 sample sizes and 2 splits, got {len(Ms)} and {n_splits}")
-    if Ms[-1] > X.shape[0]:
-        raise ValueError(f"largest M is {Ms[-1]} but there are only {X.shape[0]} samples")
-    rng = np.random.default_rng(seed)
-    dist = np.zeros((len(Ms), n_splits))
-    for j in range(n_splits):
-        perm = rng.permutation(X.shape[0])
-        for i, M in enumerate(Ms):
-            a, b = perm[:M // 2], perm[M // 2:M]
-            dist[i, j] = spectral_distance(make_estimator().fit(X[a], U[a], Y[a]),
-                                           make_estimator().fit(X[b], U[b], Y[b]), k)
+    dist = _split_half_distances(X, U, Y, Ms, make_estimator, n_splits, k, np.random.default_rng(seed))
     lm = np.log(Ms) - np.log(Ms).mean()
     slopes = (lm @ np.log(np.maximum(dist, 1e-300))) / (lm @ lm)       # [n_splits]
     s, se = slopes.mean(), slopes.std(ddof=1) / np.sqrt(n_splits)

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.func import jvp
 
-import coreinv.ace
+import coreinv._hookplan
 import coreinv.hooks
 from coreinv.base import Core
 from coreinv.hooks import record_activation, replace_activation
@@ -68,11 +68,11 @@ def _whole_model_jvp(model, tokens, hook, readout, pos):
 
 def _spy(monkeypatch, name):
     calls = []
-    orig = getattr(coreinv.ace, name)
+    orig = getattr(coreinv._hookplan, name)
     def wrapped(*a, **kw):
         calls.append(name)
         return orig(*a, **kw)
-    monkeypatch.setattr(coreinv.ace, name, wrapped)
+    monkeypatch.setattr(coreinv._hookplan, name, wrapped)
     return calls
 
 
@@ -93,8 +93,8 @@ def test_matches_whole_model_jvp(model, hook, pos, readout):
 def test_paths_taken(model, monkeypatch):
     "Which one-pass form each case uses: start at the hook, the diagonal form, vmap over positions, joint."
     used = []
-    orig = coreinv.ace._HookPlan.use_diagonal
-    monkeypatch.setattr(coreinv.ace._HookPlan, "use_diagonal", lambda self, *a: used.append(orig(self, *a)) or used[-1])
+    orig = coreinv._hookplan._HookPlan.use_diagonal
+    monkeypatch.setattr(coreinv._hookplan._HookPlan, "use_diagonal", lambda self, *a: used.append(orig(self, *a)) or used[-1])
     vm = _spy(monkeypatch, "vmap")
     a = ACE(batch_size=5, float64=True).fit_hook(model, TOKENS, "blocks.0.hook_resid_post", per_pos, progress=False)
     assert used == [True] and not a.joint_                 # one pass with each position's tangent apart
@@ -205,8 +205,8 @@ def test_diagonal_form_on_rotary_grouped_query_attention(tmp_path, monkeypatch):
         m = load_local(tiny_local_model("llama", tmp_path / "llama"), route="hooked", device="cpu", dtype=F64)
     assert m.cfg.positional_embedding_type == "rotary" and m.cfg.n_key_value_heads < m.cfg.n_heads
     used = []
-    orig = coreinv.ace._HookPlan.use_diagonal
-    monkeypatch.setattr(coreinv.ace._HookPlan, "use_diagonal", lambda self, *a: used.append(orig(self, *a)) or used[-1])
+    orig = coreinv._hookplan._HookPlan.use_diagonal
+    monkeypatch.setattr(coreinv._hookplan._HookPlan, "use_diagonal", lambda self, *a: used.append(orig(self, *a)) or used[-1])
     tok = torch.randint(0, 320, (6, 8), generator=torch.Generator().manual_seed(0))
     a = ACE(float64=True).fit_hook(m, tok, "blocks.0.hook_resid_pre", per_pos, progress=False)
     S, U = whole_model_jvp(m, tok, "blocks.0.hook_resid_pre", per_pos, None)
@@ -227,7 +227,7 @@ def test_a_readout_that_mixes_rows_is_refused_by_both_methods(model, method):
 
 
 def test_the_exactness_check_has_a_tolerance_that_can_fail_in_half_precision():
-    tol = coreinv.ace._exact_tol
+    tol = coreinv._hookplan._exact_tol
     assert tol(torch.float64) == 1000 * torch.finfo(torch.float64).eps
     assert tol(torch.bfloat16) == tol(torch.float16) == 1e-2          # 1000 ε would be 7.8 and 0.98
 
@@ -235,8 +235,8 @@ def test_the_exactness_check_has_a_tolerance_that_can_fail_in_half_precision():
 def test_pos_none_at_the_attention_input_hooks_matches_the_whole_model(monkeypatch):
     "hook_attn_in sits before its block's attention: the diagonal form starts there, and is found exact."
     used = []
-    orig = coreinv.ace._HookPlan.use_diagonal
-    monkeypatch.setattr(coreinv.ace._HookPlan, "use_diagonal", lambda self, *a: used.append(orig(self, *a)) or used[-1])
+    orig = coreinv._hookplan._HookPlan.use_diagonal
+    monkeypatch.setattr(coreinv._hookplan._HookPlan, "use_diagonal", lambda self, *a: used.append(orig(self, *a)) or used[-1])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from transformer_lens import HookedTransformer, HookedTransformerConfig

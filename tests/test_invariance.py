@@ -7,7 +7,8 @@ import pytest
 from coreinv.dictionaries import Dictionary, IdentityDictionary, PCADictionary, RandomProjectionDictionary
 from coreinv.invariance import (SparseReLUDictionary, gap_cut, rate_fit, slow_manifold_system, span_residual,
                                 span_residual_features, split_rows)
-from coreinv.koopman import invariance_residual, linear_control_system, spectral_distance
+from coreinv.koopman import linear_control_system
+from coreinv.spectra import invariance_residual, spectral_distance
 
 lift = lambda Z: np.c_[Z, Z[:, 0] ** 2]                          # (x1, x2, x1^2): closed under the map
 
@@ -115,7 +116,8 @@ def test_rate_fit_refuses_bad_sizes():
 
 def test_basis_change_keeps_spectrum_and_span_residual_and_ls_matches_edmdc():
     from coreinv.invariance import BasisChange, LeastSquaresRealisation
-    from coreinv.koopman import EDMDc, spectral_distance
+    from coreinv.koopman import EDMDc
+    from coreinv.spectra import spectral_distance
     A, B, X, U, Y = linear_control_system(3000, noise=0.2, seed=4)
     base = PCADictionary(4).fit(X)
     bc = BasisChange(base, seed=1, spread=1.5).fit(X)
@@ -194,7 +196,8 @@ def _planted_intervention(readout_on_slow: bool, d: int = 3, seed: int = 0):
     """x' = A x + B u with two slow modes (0.95, 0.9) and six fast ones (≤ 0.2); the readout d steps on is
     c·A^d x. Rank-matched removals (k = 2, never scaled): the leading Koopman modes vs random 2-dim subspaces."""
     from coreinv.invariance import leading_mode_indices, removed_rms, restricted_edit
-    from coreinv.koopman import EDMDc, project_out
+    from coreinv.koopman import EDMDc
+    from coreinv.spectra import project_out
     rng = np.random.default_rng(seed)
     D = 8
     V = rng.standard_normal((D, D))

@@ -73,7 +73,7 @@ def test_docstring_and_comment_edits_change_no_key(tmp_path, base):
     # one chapter's sizes: that chapter's results only
     ("presets.py", "thr_delay=3.0", "thr_delay=3.5", {"grokking"}),
     # the Koopman code: only the chapter that imports it
-    ("koopman.py", "def spectral_distance(", "_EDITED = 2\n\n\ndef spectral_distance(", {"sae_gap"}),
+    ("spectra.py", "def spectral_distance(", "_EDITED = 2\n\n\ndef spectral_distance(", {"sae_gap"}),
     # a table of the agreement language (a dict): the trained LMs and the chapters that use them
     ("tasks/agreement.py", '_PLURAL_OVERRIDES = {"thief": "thieves"}', '_PLURAL_OVERRIDES = {"thief": "thiefs"}',
      {"agreement", "sae_gap", "lm"}),

@@ -5,7 +5,8 @@ import scipy.linalg as sla
 
 from coreinv.dictionaries import IdentityDictionary, RandomFourierDictionary
 from coreinv.identify import match_spectra
-from coreinv.koopman import EDMDc, linear_control_system, spectral_distance
+from coreinv.koopman import EDMDc, linear_control_system
+from coreinv.spectra import spectral_distance
 
 
 def random_system(D=6, Du=3, seed=0, n=400):
@@ -175,7 +176,7 @@ def test_float32_inputs_give_float64_numpy():
 
 
 def test_reprs_are_short_and_readable():
-    from coreinv.koopman import invariance_residual
+    from coreinv.spectra import invariance_residual
     assert repr(EDMDc()) == "EDMDc()"
     assert repr(EDMDc(rank=3, ridge=0.1)) == "EDMDc(rank=3, ridge=0.1)"
     A, B, X, U, Y = linear_control_system(500)
@@ -207,7 +208,7 @@ def test_excess_kurtosis_gaussian_and_heavy():
 
 
 def test_nonnormality_bootstrap_separates_normal_from_nonnormal():
-    from coreinv.koopman import nonnormality
+    from coreinv.spectra import nonnormality
     A, B, X, U, Y = linear_control_system(2000, noise=0.1, seed=2)
     Q = np.linalg.qr(np.random.default_rng(3).standard_normal((4, 4)))[0]
     An = Q @ np.diag([0.9, 0.6, -0.5, 0.1]) @ Q.T
@@ -221,7 +222,7 @@ def test_nonnormality_bootstrap_separates_normal_from_nonnormal():
 
 def test_depth_effects_and_project_out():
     import torch
-    from coreinv.koopman import depth_effects, project_out
+    from coreinv.spectra import depth_effects, project_out
     from coreinv.train import make_transformer
     net = make_transformer(3, 16, 2, 10, 8)
     toks = torch.randint(0, 10, (16, 8), generator=torch.Generator().manual_seed(0))

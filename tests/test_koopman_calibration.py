@@ -61,7 +61,7 @@ def test_shapes_positions_pooled_per_layer():
 
 def test_mlp_map_is_the_mlp_sublayer_and_pipeline_runs():
     from coreinv.dictionaries import RandomFourierDictionary
-    from coreinv.koopman import invariance_residual
+    from coreinv.spectra import invariance_residual
     m = model()
     _, cache = m.run_with_cache(TOKENS)
     with torch.no_grad():

@@ -5,7 +5,8 @@ import torch
 
 from coreinv.dictionaries import (IdentityDictionary, PCADictionary, RandomFourierDictionary,
                                   RandomProjectionDictionary, SAEDictionary, SpectralDictionary)
-from coreinv.koopman import EDMDc, invariance_residual, linear_control_system, spectral_distance
+from coreinv.koopman import EDMDc, linear_control_system
+from coreinv.spectra import invariance_residual, spectral_distance
 
 A, B, X, U, Y = linear_control_system(1000, seed=0)
 

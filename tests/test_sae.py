@@ -287,7 +287,7 @@ def test_match_features_hungarian_and_share(fits):
 
 def test_invariance_penalty_lowers_the_residual():
     from coreinv.dictionaries import SAEDictionary
-    from coreinv.koopman import invariance_residual
+    from coreinv.spectra import invariance_residual
     A, B, X4, U4, Y4 = linear_control_system(4000, seed=3)
     lift = np.random.default_rng(0).standard_normal((4, 16))
     Xl, Yl = X4 @ lift, Y4 @ lift
