@@ -93,7 +93,7 @@ def record_activation(model: nn.Module, hooks: str | Sequence[str], inputs, pos=
     """Run `model(inputs)` without grad and keep the activations at `hooks`, at positions `pos`.
 
     The library's one way to record activations: `ACE.fit_hook`'s first pass (`stop=True`: nothing after
-    the hook runs), `tasks.axis.last_acts`, `spectra.depth_effects` and
+    the hook runs), `tasks.agreement.axis.last_acts`, `spectra.depth_effects` and
     `calibration.collect_triples` / `check_update` all read a model's activations through here.
 
     Parameters

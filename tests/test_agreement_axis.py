@@ -1,4 +1,4 @@
-"""Unit tests for coreinv.lm, coreinv.tasks.axis and the ablation's flip mode: small models, bad input,
+"""Unit tests for coreinv.tasks.agreement.models, coreinv.tasks.agreement.axis and the ablation's flip mode: small models, bad input,
 and the agreement chapter's claim rules failing on their negative controls."""
 import numpy as np
 import pytest
@@ -7,10 +7,10 @@ from torch import nn
 
 from coreinv.ablate import ablate
 from coreinv.base import Core
-from coreinv.lm import LMSpec, build_lm, cache_key, held_out_pairs, lm_info, train_cached, train_or_load
-from coreinv.tasks import agreement as ag
-from coreinv.tasks import axis as ax
-from coreinv.tasks import axis_rulers as ar
+from coreinv.tasks.agreement.models import LMSpec, build_lm, cache_key, held_out_pairs, lm_info, train_cached, train_or_load
+from coreinv.tasks.agreement import corpus as corp, language as lang
+from coreinv.tasks.agreement import axis as ax
+from coreinv.tasks.agreement import rulers as ar
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +92,7 @@ def test_measures_run_and_shapes(tiny):
     acev = ax.fit_axis(am, pairs, hook, "verbs")
     assert ace1.rank_ == 1 and acev.rank_ > 1                 # O = 1 is rank 1 by construction; O = V is not
     val = ax.validate_layer(am, pairs, hook)
-    assert set(val) == set(ax.BASELINES) and set(val["ace"]["keep"]) == set(ag.CONSTRUCTIONS)
+    assert set(val) == set(ax.BASELINES) and set(val["ace"]["keep"]) == set(lang.CONSTRUCTIONS)
     fl = ax.flip_generation(am, pairs[:3], hook, val and ax.layer_cores(am, pairs, hook)["ace"], max_new=4)
     assert 0 <= fl["reversed"] <= 1 and fl["n"] == 3
 
@@ -109,10 +109,10 @@ def test_margins_keep_full_core_is_intact(tiny):
 def test_spearman_and_control():
     rng = np.random.default_rng(0)
     z = rng.normal(size=200)
-    r = ax.axis_spearman(z, z + 0.1 * rng.normal(size=200), n_boot=100)
+    r = ar.axis_spearman(z, z + 0.1 * rng.normal(size=200), n_boot=100)
     assert r["rho"] > 0.9 and r["lo"] <= r["rho"] <= r["hi"] and abs(r["shuffled"]) < 0.3
     with pytest.raises(ValueError, match="equal"):
-        ax.axis_spearman(z, z[:5])
+        ar.axis_spearman(z, z[:5])
 
 
 def test_bad_input_names_word_and_model(tiny):
@@ -164,7 +164,7 @@ def test_chapter_rules_fail_on_controls():
 
 def test_pretrained_path_gpt2_on_cpu(tmp_path, monkeypatch):
     "Model 5's whole path: a BPE GPT-2 trained here, save_pretrained, load_local, then the measures."
-    from coreinv.lm import train_or_load_gpt2
+    from coreinv.tasks.agreement.models import train_or_load_gpt2
     from coreinv.models import load_local
     monkeypatch.setenv("COREINV_CACHE", str(tmp_path))
     spec = LMSpec(name="g", n_layers=2, d_model=16, n_heads=2, n_ctx=24, n_sentences=400, steps=5,
@@ -185,7 +185,7 @@ def test_pretrained_path_gpt2_on_cpu(tmp_path, monkeypatch):
 
 def test_bpe_hooked_transformer(tmp_path, monkeypatch):
     "Model 3: a HookedTransformer on BPE tokens trains, saves, reloads, and is read at the last subword token."
-    from coreinv.lm import bpe_folder, train_or_load_bpe
+    from coreinv.tasks.agreement.models import bpe_folder, train_or_load_bpe
     monkeypatch.setenv("COREINV_CACHE", str(tmp_path))
     spec = LMSpec(name="b", n_layers=2, d_model=16, n_heads=2, n_ctx=24, n_sentences=400, steps=5,
                   n_test_per_cell=2)
@@ -208,7 +208,7 @@ def test_bpe_hooked_transformer(tmp_path, monkeypatch):
 
 
 def test_bpe_tokenizer_splitting_a_verb_is_refused(tmp_path, monkeypatch):
-    from coreinv.lm import train_or_load_bpe
+    from coreinv.tasks.agreement.models import train_or_load_bpe
     monkeypatch.setenv("COREINV_CACHE", str(tmp_path))
     spec = LMSpec(name="small", n_layers=1, d_model=16, n_heads=2, n_ctx=24, n_sentences=200, steps=2,
                   n_test_per_cell=2)

@@ -23,9 +23,9 @@ from torch import nn
 from coreinv.ablate import ablate, random_core
 from coreinv.base import Core
 from coreinv.ace import ACE
-from coreinv.tasks import agreement as ag
-from coreinv.tasks import axis as ax
-from coreinv.tasks import axis_rulers as ar
+from coreinv.tasks.agreement import corpus as corp, language as lang
+from coreinv.tasks.agreement import axis as ax
+from coreinv.tasks.agreement import rulers as ar
 
 CONS = ("simple", "adverb", "pp", "subj_rc", "obj_rc", "vp_coord")   # the first noun is the subject
 
@@ -33,10 +33,10 @@ CONS = ("simple", "adverb", "pp", "subj_rc", "obj_rc", "vp_coord")   # the first
 class PlantedLM(nn.Module):
     """Subject number on direction e0 (or on e0 and e1) at "carry", from the subject's position onward."""
 
-    def __init__(self, vocab: ag.WordVocab, redundant: bool = False, D: int = 10, a: float = 12.0,
+    def __init__(self, vocab: corp.WordVocab, redundant: bool = False, D: int = 10, a: float = 12.0,
                  b: float = 0.3, seed: int = 0):
         super().__init__()
-        lex = ag.default_lexicon()
+        lex = lang.default_lexicon()
         V = len(vocab.itos)
         num, gains = torch.zeros(V), torch.zeros(V, 2)
         for n in lex.nouns:
@@ -75,8 +75,8 @@ class PlantedLM(nn.Module):
 
 @pytest.fixture(scope="module")
 def planted():
-    vocab = ag.WordVocab.from_lexicon()
-    pairs = [p for c in CONS for p in ag.test_pairs(8, 7, c)]
+    vocab = corp.WordVocab.from_lexicon()
+    pairs = [p for c in CONS for p in corp.test_pairs(8, 7, c)]
     out = {}
     for name, red in (("one", False), ("two", True)):
         am = ax.word_model(name, PlantedLM(vocab, red).eval(), vocab)

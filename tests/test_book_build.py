@@ -99,7 +99,7 @@ def test_a_library_change_re_executes_the_chapter(built_book):
     assert _results(src)["written"] == before["written"]
 
     # code the chapter does not import (the agreement language): its cached run stays, other pages re-run
-    _edit_library(src, "23_tasks_agreement", "tasks/agreement.py")
+    _edit_library(src, "23_agreement_language", "tasks/agreement/language.py")
     r = build_copy(src)
     assert r.returncode == 0, r.stdout[-6000:]
     assert _results(src)["written"] == before["written"], "a chapter re-ran for code it does not import"

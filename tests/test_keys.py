@@ -1,4 +1,4 @@
-"""Code keys (coreinv.keys, coreinv.results.provenance, coreinv.train.checkpoint_key, coreinv.lm.cache_key):
+"""Code keys (coreinv.keys, coreinv.results.provenance, coreinv.train.checkpoint_key, coreinv.tasks.agreement.models.cache_key):
 a key changes when behaviour can, and only then. Each test edits a copy of the package and reads the keys in
 a fresh interpreter, so the edit is what that interpreter imports."""
 import json
@@ -16,7 +16,7 @@ from coreinv.keys import function_key
 from coreinv.train import train
 from coreinv.tasks.markov import next_token_loss
 from coreinv.tasks.grokking.training import train_modular
-from coreinv.lm import LMSpec, cache_key
+from coreinv.tasks.agreement.models import LMSpec, cache_key
 out = {c: provenance(c)["library"] for c in CHAPTERS}
 out |= {"package": provenance()["library"], "markov run": function_key(train, next_token_loss),
         "grokking run": function_key(train, train_modular), "lm": cache_key(LMSpec())}
@@ -75,7 +75,7 @@ def test_docstring_and_comment_edits_change_no_key(tmp_path, base):
     # the Koopman code: only the chapter that imports it
     ("spectra.py", "def spectral_distance(", "_EDITED = 2\n\n\ndef spectral_distance(", {"sae_gap"}),
     # a table of the agreement language (a dict): the trained LMs and the chapters that use them
-    ("tasks/agreement.py", '_PLURAL_OVERRIDES = {"thief": "thieves"}', '_PLURAL_OVERRIDES = {"thief": "thiefs"}',
+    ("tasks/agreement/language.py", '_PLURAL_OVERRIDES = {"thief": "thieves"}', '_PLURAL_OVERRIDES = {"thief": "thiefs"}',
      {"agreement", "sae_gap", "lm"}),
     # the training loop: every chapter that trains, every run and model, the package
     ("train.py", 'CHECKPOINT_NAME = "checkpoint.pt"', 'CHECKPOINT_NAME = "ckpt.pt"',
