@@ -5,7 +5,6 @@
 # %% ../nbs/01_results.ipynb #75f6fcba
 from __future__ import annotations
 
-import ast
 import json
 import math
 import os
@@ -19,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .keys import code_key, digest, imported_modules
-from .presets import PRESET_NAMES, preset_name, sizes
+from .presets import preset_name
 from .runtime import device
 
 # %% auto #0
@@ -331,18 +330,8 @@ def chapter_notebook(chapter: str, source: Path | None = None) -> Path | None:
     return path if path.is_file() else None
 
 
-def _preset_table(module: str, stmt: ast.stmt) -> bool:
-    "A statement of a chapter's preset table (a `register(...)` call, or a private name one reads): hashed as data per chapter."
-    if module != "coreinv.presets": return False
-    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and \
-            getattr(stmt.value.func, "id", None) == "register":
-        return True
-    targets = [t.id for t in getattr(stmt, "targets", [getattr(stmt, "target", None)]) if isinstance(t, ast.Name)]
-    return bool(targets) and all(t.startswith("_") and not t.isupper() and t != "_SIZES" for t in targets)
-
-
 def _library(chapter: str | None) -> str:
-    "The code key of `chapter` (the modules its notebook imports, and its preset tables), else of the whole package."
+    "The code key of `chapter` (the modules its notebook imports, its sizes among them), else of the whole package."
     import coreinv
     pkg = Path(coreinv.__file__).resolve().parent
     nb = chapter_notebook(chapter) if chapter is not None else None
@@ -352,9 +341,7 @@ def _library(chapter: str | None) -> str:
         return code_key(modules)
     cells = json.loads(nb.read_text(encoding="utf-8"))["cells"]
     source = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
-    try: tables = {p: dict(sizes(chapter, p)) for p in PRESET_NAMES}
-    except ValueError: tables = None                                 # a chapter without presets
-    return digest(code_key(imported_modules(source), skip=_preset_table), tables)
+    return code_key(imported_modules(source))
 
 
 def provenance(chapter: str | None = None) -> dict[str, str]:
@@ -362,9 +349,9 @@ def provenance(chapter: str | None = None) -> dict[str, str]:
 
     The code is hashed by syntax tree (`coreinv.keys.code_key`): docstring and comment edits change
     nothing. With a `chapter` whose notebook is in the checkout, only the modules the notebook imports
-    count (followed through their imports), and of the presets module only that chapter's tables: an
-    edit of a module the chapter never imports, or of another chapter's sizes, leaves its results
-    current.
+    count (followed through their imports), its sizes among them (a chapter's `Presets` table sits in
+    its own task code): an edit of a module the chapter never imports, or of another chapter's sizes,
+    leaves its results current.
 
     Parameters
     ----------

@@ -137,8 +137,8 @@ def test_tokenizer_splitting_a_verb_is_refused(tmp_path):
 def test_chapter_rules_fail_on_controls():
     "Each agreement claim's rule rejects its negative control (the values a control run gives)."
     from test_chapter_results import RULES
-    from coreinv.presets import sizes
-    R, S = RULES["agreement"], dict(sizes("agreement"))
+    from coreinv.tasks.agreement.presets import SIZES
+    R, S = RULES["agreement"], dict(SIZES.at())
     good = {"agreement.learned": dict(simple=dict(a=1.0), untrained=0.5),
             "agreement.sufficient": dict(acc=dict(a=1.0), margin_lo=dict(a=0.8), random_acc=dict(a=0.5),
                                          random_margin_lo=dict(a=0.0)),

@@ -252,8 +252,8 @@ def test_paper_preset_dry_run():
     core analysis (ACE on all p² pairs, a few k) with its shift operator, one sweep run of one step, and the
     censored scaling fit. A shape error shows here, not after an hour on a GPU."""
     from coreinv.tasks.grokking.necessity import core_at_every_position
-    from coreinv.presets import sizes
-    S = sizes("grokking", "paper")
+    from coreinv.tasks.grokking.presets import SIZES
+    S = SIZES.at("paper")
     data = modular_data(S.p, S.train_frac, seed=0)
     model = make_modular_model(S.p, S.n_layers, S.d_model, S.n_heads, S.d_mlp, seed=0)
     log, snaps = train_modular(model, data, 1, lr=S.lr, weight_decay=S.weight_decay, schedule="onecycle",

@@ -71,7 +71,7 @@ def test_docstring_and_comment_edits_change_no_key(tmp_path, base):
     ("tasks/markov.py", "def stationary_distribution(T: np.ndarray) -> np.ndarray:",
      "_UNUSED = 1\n\n\ndef stationary_distribution(T: np.ndarray) -> np.ndarray:", {"markov"}),
     # one chapter's sizes: that chapter's results only
-    ("presets.py", "thr_delay=3.0", "thr_delay=3.5", {"grokking"}),
+    ("tasks/grokking/presets.py", "thr_delay=3.0", "thr_delay=3.5", {"grokking"}),
     # the Koopman code: only the chapter that imports it
     ("spectra.py", "def spectral_distance(", "_EDITED = 2\n\n\ndef spectral_distance(", {"sae_gap"}),
     # a table of the agreement language (a dict): the trained LMs and the chapters that use them

@@ -9,7 +9,7 @@ import torch
 from coreinv.hooks import record_activation
 from coreinv.compare import cca, projector_overlap, weight_cosine
 from coreinv.merge import core_aligned_rotation, interpolate, rotate_residual
-from coreinv.presets import sizes
+from coreinv.tasks.markov import SIZES
 from coreinv.tasks.markov import (CHAINS, HOOK, entropy_rate, markov_chain, markov_core_report, markov_metrics,
                                   nontrivial_eigenvalues, rank_k_kl, sample_chain,
                                   stationary_distribution, train_markov, unigram_kl)
@@ -67,7 +67,7 @@ def test_paper_preset_dry_run():
     """The chapter's steps at the `paper` preset's sizes, on CPU and tiny data: one training step per model, one
     ACE batch, the report, and the across-seed and merging functions. A shape error shows here, not after an
     hour on a GPU."""
-    S = sizes("markov", "paper")
+    S = SIZES.at("paper")
     kw = dict(steps=1, d_model=S.d_model, n_heads=S.n_heads, d_mlp=S.d_mlp, seq_len=S.seq_len, batch=S.batch,
               lr=S.lr, log_every=S.log_every)
     for name, spec in CHAINS.items():

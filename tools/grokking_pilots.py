@@ -1,4 +1,4 @@
-"""The pilots behind the grokking chapter's optimiser (see the comment above `_grok_opt` in coreinv/presets.py).
+"""The pilots behind the grokking chapter's optimiser (see the comment above `_grok_opt` in coreinv/tasks/grokking/presets.py).
 
 Each candidate is the `book` run (d_model 128, p = 59, 3000 steps, one-cycle lr) with ONE change, judged on
 τ_grok and the test-accuracy trace only (no cores are measured). The rule, written before any of these runs:
@@ -17,7 +17,7 @@ with ω doubled (lr·ω held).
 import json
 from pathlib import Path
 
-from coreinv.presets import sizes
+from coreinv.tasks.grokking.presets import SIZES
 from coreinv.tasks.grokking.training import grokking_run, grokking_times, log_columns
 from coreinv.train import map_processes
 
@@ -55,7 +55,7 @@ def judge(run, s) -> dict:
 
 
 if __name__ == "__main__":
-    s = sizes("grokking", "book")
+    s = SIZES.at("book")
     model_kw = dict(n_layers=s.n_layers, d_model=s.d_model, n_heads=s.n_heads, d_mlp=s.d_mlp)
     base = dict(p=s.p, train_frac=s.train_frac, steps=s.steps, lr=s.lr, betas=tuple(s.betas),
                 weight_decay=s.weight_decay, schedule="onecycle", pct_start=s.pct_start, grad_clip=s.grad_clip,
