@@ -5,6 +5,7 @@
 # %% ../../../nbs/22_grokking_scaling.ipynb #a1b2c3d6
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
@@ -14,7 +15,8 @@ from .data import modular_data
 from .training import grokking_times, log_columns, make_modular_model, train_modular
 
 # %% auto #0
-__all__ = ['fit_scaling_law', 'predict_tau', 'grokking_sweep', 'exponent_check', 'scaling_power']
+__all__ = ['fit_scaling_law', 'predict_tau', 'grokking_sweep', 'cell_tau', 'seed_noise', 'two_point_slopes', 'exponent_check',
+           'scaling_power']
 
 # %% ../../../nbs/22_grokking_scaling.ipynb #0b34aeee
 def _tobit(X: np.ndarray, y: np.ndarray, censored: np.ndarray) -> np.ndarray:
@@ -188,6 +190,91 @@ def grokking_sweep(omegas, ps, seeds=(0,), *, max_steps: int, train_frac: float 
     return map_processes(_sweep_run, jobs, processes, progress=progress, desc="sweep",
                          device=model_kw.get("device", "cpu"))
 
+
+# %% ../../../nbs/22_grokking_scaling.ipynb #7962bb1e
+def cell_tau(rows, omega: float, p: int) -> tuple[float, bool]:
+    """The geometric-mean τ of one (ω, p) cell of a sweep, and whether any of its runs was censored.
+
+    Parameters
+    ----------
+    rows : list of dict
+        Rows of `grokking_sweep`; those with `no_fit_first` are left out.
+    omega : float
+    p : int
+
+    Returns
+    -------
+    (float, bool)
+        exp(mean log τ) over the cell's runs (nan when it has none) and whether any of them was censored
+        (then the mean is a lower bound; True when the cell has no run).
+    """
+    c = [r for r in rows if r["omega"] == omega and r["p"] == p and not r["no_fit_first"]]
+    if not c:
+        return math.nan, True
+    return (float(np.exp(np.mean([math.log(r["tau"]) for r in c]))),
+            any(r["censored"] for r in c))
+
+
+def seed_noise(rows) -> dict | None:
+    """The seed noise of log τ_grok in a sweep, pooled over its cells with at least two grokked seeds.
+
+    Parameters
+    ----------
+    rows : list of dict
+        Rows of `grokking_sweep`; censored runs and those with `no_fit_first` are left out.
+
+    Returns
+    -------
+    dict or None
+        `sigma` (the pooled within-cell standard deviation of log τ, with one degree of freedom per cell
+        spent on its mean), `C` (the geometric mean of τ·ω·p over the grokked runs: the constant of
+        τ = C/(ω p)) and `n_cells`; None when no cell has two grokked seeds.
+    """
+    kept = [r for r in rows if not r["no_fit_first"] and not r["censored"]]
+    cells = {}
+    for r in kept:
+        cells.setdefault((r["omega"], r["p"]), []).append(math.log(r["tau"]))
+    dev = [x - np.mean(v) for v in cells.values() if len(v) >= 2 for x in v]
+    n_cells = sum(len(v) >= 2 for v in cells.values())
+    if not n_cells:
+        return None
+    sigma = float(np.sqrt(np.sum(np.square(dev)) / (len(dev) - n_cells)))
+    C = float(np.exp(np.mean([math.log(r["tau"] * r["omega"] * r["p"]) for r in kept])))
+    return dict(sigma=sigma, C=C, n_cells=n_cells)
+
+
+def two_point_slopes(sweep, confound, omega: float, p_lo: int, p_c: int) -> dict:
+    """β read from two moduli at one ω: at the same training fraction, and on the same training pairs.
+
+    Parameters
+    ----------
+    sweep : list of dict
+        Rows of `grokking_sweep` holding the cells (ω, p_lo) and (ω, p_c).
+    confound : list of dict
+        Rows of the confound cell: ω, p = p_c, trained on p_lo's number of training pairs.
+    omega : float
+    p_lo, p_c : int
+        The two moduli, p_lo < p_c.
+
+    Returns
+    -------
+    dict
+        `tau_lo`, `tau_same_frac`, `tau_same_n` (the three cells' `cell_tau`), `beta_same_frac` and
+        `beta_same_n` (−Δlog τ / Δlog p from p_lo to p_c), and `is_bound` (1 when a censored run makes
+        the slopes bounds).
+
+    Raises
+    ------
+    ValueError
+        If not p_lo < p_c.
+    """
+    if not p_lo < p_c:
+        raise ValueError(f"two_point_slopes needs p_lo < p_c, got p_lo={p_lo}, p_c={p_c}")
+    (t_lo, c_lo), (t_f, c_f) = cell_tau(sweep, omega, p_lo), cell_tau(sweep, omega, p_c)
+    t_n, c_n = cell_tau(confound, omega, p_c)
+    slope = lambda t: -math.log(t / t_lo) / math.log(p_c / p_lo)
+    return dict(tau_lo=t_lo, tau_same_frac=t_f, tau_same_n=t_n, beta_same_frac=slope(t_f),
+                beta_same_n=slope(t_n), is_bound=int(c_lo or c_f or c_n))
 
 # %% ../../../nbs/22_grokking_scaling.ipynb #c9a0f002
 def exponent_check(fit: dict | None, name: str) -> bool:
