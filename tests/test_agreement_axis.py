@@ -1,5 +1,8 @@
 """Unit tests for coreinv.tasks.agreement.models, coreinv.tasks.agreement.axis and the ablation's flip mode: small models, bad input,
 and the agreement chapter's claim rules failing on their negative controls."""
+import functools
+import pickle
+
 import numpy as np
 import pytest
 import torch
@@ -7,7 +10,9 @@ from torch import nn
 
 from coreinv.ablate import ablate
 from coreinv.base import Core
-from coreinv.tasks.agreement.models import LMSpec, build_lm, cache_key, held_out_pairs, lm_info, train_cached, train_or_load
+from coreinv.tasks.agreement import models as lm_mod
+from coreinv.tasks.agreement.models import (ARCHS, LMSpec, TrainedLM, build_lm, cache_key, held_out_pairs, lm_folder,
+                                            lm_info, train_or_load)
 from coreinv.tasks.agreement import corpus as corp, language as lang
 from coreinv.tasks.agreement import axis as ax
 from coreinv.tasks.agreement import rulers as ar
@@ -20,8 +25,8 @@ def tiny(tmp_path_factory):
     mp.setenv("COREINV_CACHE", str(tmp_path_factory.mktemp("cache")))
     spec = LMSpec(name="t", n_layers=2, d_model=16, n_heads=2, n_ctx=24, n_sentences=500, steps=5,
                   n_test_per_cell=2)
-    model, vocab = train_or_load(spec, progress=False)
-    yield spec, ax.word_model("t", model, vocab)
+    lm = train_or_load(spec, progress=False)
+    yield spec, ax.agreement_model(lm)
     mp.undo()
 
 
@@ -29,18 +34,56 @@ def test_lm_cached_and_info(tiny):
     spec, am = tiny
     info = lm_info(spec)
     assert info["steps"] == 5 and info["n_params"] == sum(p.numel() for p in am.model.parameters())
-    again, _ = train_or_load(spec, progress=False)
-    assert all(torch.equal(a, b) for a, b in zip(am.model.state_dict().values(), again.state_dict().values()))
-    assert train_cached(spec) == info                       # the worker-process entry point: cached, same record
-    with pytest.raises(ValueError, match="unknown arch 'rnn'"):
-        train_cached(spec, "rnn")
+    assert am.name == "t" and am.layers == [f"blocks.{l}.hook_resid_post" for l in range(2)]
+
+
+def test_train_or_load_loads_the_cache_without_training(tiny):
+    """The second call of a spec loads its folder, writing nothing. (Patching `train` to fail cannot show it: the
+    key follows the training code, so a patched `train` names another folder and trains there.)"""
+    spec, am = tiny
+    folder = lm_folder(spec)
+    written = {f.name: f.stat().st_mtime_ns for f in folder.parent.rglob("*") if f.is_file()}
+    again = train_or_load(spec, progress=False)
+    assert {f.name: f.stat().st_mtime_ns for f in folder.parent.rglob("*") if f.is_file()} == written
+    assert isinstance(again, TrainedLM) and again.folder == lm_folder(spec) and again.info == lm_info(spec)
+    assert all(torch.equal(a, b) for a, b in zip(am.model.state_dict().values(), again.model.state_dict().values()))
+    back = pickle.loads(pickle.dumps(again))                 # pickles as its spec; unpickling loads the cache
+    assert back.spec == spec and back.info == again.info and len(pickle.dumps(again)) < 2000
+
+
+def test_one_folder_rule_and_bad_arch(tmp_path, monkeypatch):
+    monkeypatch.setenv("COREINV_CACHE", str(tmp_path))
+    folders = {a: lm_folder(LMSpec(name="m", arch=a)) for a in ARCHS}
+    assert len(set(folders.values())) == len(ARCHS) == len(set(lm_mod._TRAIN)) and tuple(lm_mod._TRAIN) == ARCHS
+    assert all(f.name.startswith(f"m-{a}-") and f.parent == tmp_path / "lm" for a, f in folders.items())
+    with pytest.raises(ValueError, match="unknown arch 'rnn'; known: hooked, lstm, bpe, gpt2"):
+        LMSpec(name="m", arch="rnn")
+    with pytest.raises(ValueError, match="spec must be an LMSpec"):
+        train_or_load(dict(name="m"))
+
+
+def test_key_follows_only_its_kinds_code(monkeypatch):
+    "An edit of the LSTM's code (faked through the hash of its source) changes the LSTM's key, not the others'."
+    from coreinv import keys
+    specs = {a: LMSpec(arch=a) for a in ARCHS}
+    before = {a: cache_key(s) for a, s in specs.items()}
+    real = keys.syntax_hash
+
+    @functools.wraps(real)          # the key follows `__wrapped__`, so it still hashes the real syntax_hash
+    def edited(src, *a, **k):
+        return real(src + ("\nEDIT = 1" if "class LSTMLM" in src else ""), *a, **k)
+    monkeypatch.setattr(keys, "syntax_hash", edited)
+    after = {a: cache_key(s) for a, s in specs.items()}
+    assert after["lstm"] != before["lstm"]
+    assert {a: after[a] for a in ("hooked", "bpe", "gpt2")} == {a: before[a] for a in ("hooked", "bpe", "gpt2")}
 
 
 def test_lm_spec_key_and_bad_input():
     a = LMSpec()
     assert cache_key(a) == cache_key(LMSpec()) and cache_key(a) != cache_key(LMSpec(corpus_seed=1))
     assert build_lm(LMSpec(n_layers=4, positional="rotary")).cfg.n_layers == 4
-    for bad in (dict(n_layers=0), dict(d_model=30), dict(positional="alibi"), dict(constructions=("x",))):
+    for bad in (dict(n_layers=0), dict(d_model=30), dict(positional="alibi"), dict(constructions=("x",)),
+                dict(bpe_vocab=0)):
         with pytest.raises(ValueError, match="LMSpec"):
             LMSpec(**bad)
 
@@ -164,14 +207,12 @@ def test_chapter_rules_fail_on_controls():
 
 def test_pretrained_path_gpt2_on_cpu(tmp_path, monkeypatch):
     "Model 5's whole path: a BPE GPT-2 trained here, save_pretrained, load_local, then the measures."
-    from coreinv.tasks.agreement.models import train_or_load_gpt2
-    from coreinv.models import load_local
     monkeypatch.setenv("COREINV_CACHE", str(tmp_path))
-    spec = LMSpec(name="g", n_layers=2, d_model=16, n_heads=2, n_ctx=24, n_sentences=400, steps=5,
+    spec = LMSpec(name="g", arch="gpt2", n_layers=2, d_model=16, n_heads=2, n_ctx=24, n_sentences=400, steps=5,
                   n_test_per_cell=2)
-    folder = train_or_load_gpt2(spec, progress=False)
-    assert (folder / "config.json").exists() and (folder / "tokenizer.json").exists()
-    am = ax.hf_model("g", load_local(folder, device="cpu"))
+    lm = train_or_load(spec, progress=False)
+    assert (lm.folder / "config.json").exists() and (lm.folder / "tokenizer.json").exists()
+    am = ax.agreement_model(lm)
     pairs = held_out_pairs(spec)["pp"]
     assert np.isfinite(ax.margins(am, pairs)).all()
     ace = ax.fit_axis(am, pairs, am.layers[-1], "verbs")
@@ -185,14 +226,14 @@ def test_pretrained_path_gpt2_on_cpu(tmp_path, monkeypatch):
 
 def test_bpe_hooked_transformer(tmp_path, monkeypatch):
     "Model 3: a HookedTransformer on BPE tokens trains, saves, reloads, and is read at the last subword token."
-    from coreinv.tasks.agreement.models import bpe_folder, train_or_load_bpe
     monkeypatch.setenv("COREINV_CACHE", str(tmp_path))
-    spec = LMSpec(name="b", n_layers=2, d_model=16, n_heads=2, n_ctx=24, n_sentences=400, steps=5,
+    spec = LMSpec(name="b", arch="bpe", n_layers=2, d_model=16, n_heads=2, n_ctx=24, n_sentences=400, steps=5,
                   n_test_per_cell=2)
-    model, tok = train_or_load_bpe(spec, progress=False)
-    folder = bpe_folder(spec)
-    assert {"model.pt", "tokenizer.json", "info.json"} <= {p.name for p in folder.iterdir()}
-    again, tok2 = train_or_load_bpe(spec, progress=False)
+    lm = train_or_load(spec, progress=False)
+    model, tok = lm.model, lm.tokenizer
+    assert {"model.pt", "tokenizer.json", "info.json"} <= {p.name for p in lm.folder.iterdir()}
+    again = train_or_load(spec, progress=False)
+    again, tok2 = again.model, again.tokenizer
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), again.state_dict().values()))
     assert tok2.get_vocab() == tok.get_vocab()
     am = ax.hf_model("b", model, tok)
@@ -208,11 +249,11 @@ def test_bpe_hooked_transformer(tmp_path, monkeypatch):
 
 
 def test_bpe_tokenizer_splitting_a_verb_is_refused(tmp_path, monkeypatch):
-    from coreinv.tasks.agreement.models import train_or_load_bpe
     monkeypatch.setenv("COREINV_CACHE", str(tmp_path))
-    spec = LMSpec(name="small", n_layers=1, d_model=16, n_heads=2, n_ctx=24, n_sentences=200, steps=2,
-                  n_test_per_cell=2)
-    model, tok = train_or_load_bpe(spec, vocab_size=300, progress=False)
+    spec = LMSpec(name="small", arch="bpe", bpe_vocab=300, n_layers=1, d_model=16, n_heads=2, n_ctx=24,
+                  n_sentences=200, steps=2, n_test_per_cell=2)
+    lm = train_or_load(spec, progress=False)
+    model, tok = lm.model, lm.tokenizer
     with pytest.raises(ValueError, match=r"small.*(splits|lacks) the verb form"):
         ax.hf_model("small", model, tok)
 

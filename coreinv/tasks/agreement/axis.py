@@ -22,9 +22,9 @@ from .language import MinimalPair, default_lexicon
 from .corpus import WordVocab, agrees, label, single_token_ids
 
 # %% auto #0
-__all__ = ['BASELINES', 'AgreementModel', 'word_model', 'hf_model', 'margins', 'accuracy', 'accuracy_table', 'pair_from_words',
-           'readout_pairs', 'last_acts', 'fit_axis', 'oriented_axis', 'layer_cores', 'validate_layer',
-           'flip_generation', 'flip_coordination']
+__all__ = ['BASELINES', 'AgreementModel', 'word_model', 'hf_model', 'agreement_model', 'margins', 'accuracy', 'accuracy_table',
+           'pair_from_words', 'readout_pairs', 'last_acts', 'fit_axis', 'oriented_axis', 'layer_cores',
+           'validate_layer', 'flip_generation', 'flip_coordination']
 
 # %% ../../../nbs/26_agreement_axis.ipynb #2af66d94
 def _check_hook(model: nn.Module, hook: str, name: str) -> None:
@@ -145,6 +145,23 @@ def hf_model(name: str, model: nn.Module, tokenizer=None) -> AgreementModel:
     return AgreementModel(name, model, encode, decode, verb_ids,
                           [f"blocks.{l}.hook_resid_post" for l in range(model.cfg.n_layers)],
                           eos=dot[0] if len(dot) == 1 else None)
+
+# %% ../../../nbs/26_agreement_axis.ipynb #9a7e3c02
+def agreement_model(lm) -> AgreementModel:
+    """The `AgreementModel` of a `TrainedLM` of `coreinv.tasks.agreement.models.train_or_load`, of any kind.
+
+    Parameters
+    ----------
+    lm : TrainedLM
+        Its tokenizer decides: a `WordVocab` goes through `word_model`, a BPE tokenizer through `hf_model`.
+
+    Returns
+    -------
+    AgreementModel
+        Named `lm.spec.name`.
+    """
+    make = word_model if isinstance(lm.tokenizer, WordVocab) else hf_model
+    return make(lm.spec.name, lm.model, lm.tokenizer)
 
 # %% ../../../nbs/26_agreement_axis.ipynb #303f5940
 def _sg_pl(p: MinimalPair) -> tuple[str, str]:
