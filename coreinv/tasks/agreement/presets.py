@@ -13,7 +13,7 @@ __all__ = ['SIZES']
 # %% ../../../nbs/27_agreement_presets.ipynb #7063af2b
 # agreement: the 1D agreement axis (paper A, result A3), small causal LMs of coreinv.tasks.agreement.models trained here on the
 # agreement language. Each model is a dict of LMSpec fields; arch="lstm": coreinv.tasks.agreement.models.LSTMLM (a plain nn.Module),
-# arch="bpe": a HookedTransformer on BPE subword tokens (coreinv.tasks.agreement.models.train_or_load_bpe, the axis read at the last
+# arch="bpe": a HookedTransformer on BPE subword tokens (coreinv.tasks.agreement.models.train_or_load with arch="bpe", the axis read at the last
 # token before the verb); arch="gpt2": a BPE GPT2LMHeadModel saved with save_pretrained and loaded back with
 # coreinv.models.load_local (the pretrained-model path). ci: two small word-level transformers (standard and rotary positions, other
 # depth/width, corpus sample and seed), a few minutes; book: those, an LSTM, the BPE transformer and the GPT-2,
@@ -47,7 +47,7 @@ _agr_book_models = (_agr_ci_models[0], _agr_ci_models[1] | dict(steps=1200)) + (
     dict(name="deep", n_layers=4, d_model=64, n_heads=4, positional="standard", corpus_seed=7, seed=7, steps=1000))
 # issue 24: the corpus at book is >= 2 M tokens per model (n_sentences 180000: 2.10 M word tokens, 11.7 a sentence;
 # measured 8 s to generate, 1 s to encode, 40 s for the BPE tokeniser and stream, under load). The models train in
-# worker processes (coreinv.tasks.agreement.models.train_cached with coreinv.train.map_processes), one per core.
+# worker processes (coreinv.tasks.agreement.models.train_or_load with coreinv.train.map_processes), one per core.
 SIZES = Presets("agreement",
                 ci=_agr_thr | dict(models=_agr_ci_models, n_sentences=20000, n_ctx=32, batch=32, n_test_per_cell=16,
                                    n_flip=24, n_boot=200),
