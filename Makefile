@@ -3,7 +3,7 @@
 #   make test   install, then the checks: export in sync, notebook hygiene, unit tests,
 #               nbval over nbs/ at the `ci` preset (each chapter executed once; its claims
 #               rechecked from that run), the committed book rendered, the book built executed
-#   make test-fast  the same without chapters, book builds or the browser (for authors; CI runs `make test`)
+#   make test-fast  the same without chapters, book builds or the browser, one process per core (for authors; CI runs `make test`)
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 PYTHON ?= python3
@@ -42,10 +42,12 @@ publish: book
 test: install
 	COREINV_PRESET=ci $(BIN)/python -m pytest
 
-# What test-fast leaves out: the chapters (nbval and their claim checks) and every book build.
+# What test-fast leaves out: the chapters (nbval and their claim checks) and every book build. What it
+# keeps runs in TEST_WORKERS processes (pytest-xdist; default one per core), a file (a notebook) each.
 SLOW_TESTS := nbs/chapters tests/test_chapter_results.py tests/test_book.py tests/test_book_build.py tests/test_browser.py
+TEST_WORKERS ?= $(shell nproc)
 test-fast: install
-	COREINV_PRESET=ci $(BIN)/python -m pytest $(addprefix --ignore=,$(SLOW_TESTS))
+	COREINV_PRESET=ci $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(addprefix --ignore=,$(SLOW_TESTS))
 
 # Re-run one notebook in place at the book preset and tidy it (for authors): make nbs NB=nbs/00_presets.ipynb
 nbs: export
