@@ -1,8 +1,9 @@
 # coreinv: two commands do everything on a fresh machine.
 #   make book   install, export the library, run every chapter at the `book` preset, build _build/html
-#   make test   install, then the checks: export in sync, notebook hygiene, unit tests,
-#               nbval over nbs/ at the `ci` preset (each chapter executed once; its claims
-#               rechecked from that run), the committed book rendered, the book built executed
+#   make test   install, then the checks: export in sync, notebook hygiene, unit tests and nbval
+#               over the library notebooks (test-fast, one process per core), then nbval over the
+#               chapters at the `ci` preset (each executed once; its claims rechecked from that
+#               run), the committed book rendered, the book built executed
 #   make test-fast  the same without chapters, book builds or the browser, one process per core (for authors; CI runs `make test`)
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -39,15 +40,17 @@ book: export
 publish: book
 	$(BIN)/python tools/notebooks.py publish --cache _build/.jupyter_cache --results _build/results/book
 
-test: install
-	COREINV_PRESET=ci $(BIN)/python -m pytest
-
 # What test-fast leaves out: the chapters (nbval and their claim checks) and every book build. What it
 # keeps runs in TEST_WORKERS processes (pytest-xdist; default one per core), a file (a notebook) each.
 SLOW_TESTS := nbs/chapters tests/test_chapter_results.py tests/test_book.py tests/test_book_build.py tests/test_browser.py
 TEST_WORKERS ?= $(shell nproc)
 test-fast: install
 	COREINV_PRESET=ci $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(addprefix --ignore=,$(SLOW_TESTS))
+
+# test-fast, then the chapters in one session: each chapter's nbval run, then the tests that read it
+# (its claims, the executed book), then the rendered book in the browser.
+test: test-fast
+	COREINV_PRESET=ci $(BIN)/python -m pytest $(SLOW_TESTS)
 
 # Re-run one notebook in place at the book preset and tidy it (for authors): make nbs NB=nbs/00_presets.ipynb
 nbs: export
