@@ -293,3 +293,21 @@ def test_two_processes_train_identical_grokking_models():
     a, b, other = (hash_in_fresh_process(_TRAIN, seed) for seed in (3, 3, 4))
     assert len(a) == 64 and a == b
     assert other != a
+
+
+def test_a_kept_sweep_is_read_back_and_trains_nothing(tmp_path, monkeypatch):
+    """With a `checkpoint_dir`, `grokking_sweep` keeps each run's row: a second sweep returns the same rows
+    without training (map_processes is not called), a grokked row survives the JSON round trip with its
+    types, and another setting (here the step budget) is a run of its own."""
+    from coreinv.tasks.grokking import scaling
+    kw = dict(train_frac=0.5, log_every=5, lr=1e-2, model_kw=dict(n_layers=1, d_model=32, n_heads=2, d_mlp=64),
+              processes=1, progress=False, checkpoint_dir=tmp_path)
+    first = scaling.grokking_sweep([1.0], [5], seeds=(0, 1), max_steps=200, **kw)
+    assert len(list(tmp_path.glob("*.json"))) == 2 and not list(tmp_path.glob("*.tmp"))
+    def no_training(*a, **k):
+        raise AssertionError("a kept run was trained again")
+    monkeypatch.setattr(scaling, "map_processes", no_training)
+    again = scaling.grokking_sweep([1.0], [5], seeds=(0, 1), max_steps=200, **kw)
+    assert again == first and [type(v) for v in again[0].values()] == [type(v) for v in first[0].values()]
+    with pytest.raises(AssertionError, match="trained again"):
+        scaling.grokking_sweep([1.0], [5], seeds=(0,), max_steps=100, **kw)

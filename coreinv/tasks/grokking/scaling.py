@@ -5,11 +5,15 @@
 # %% ../../../nbs/22_grokking_scaling.ipynb #a1b2c3d6
 from __future__ import annotations
 
+import json
 import math
+import os
 import time
+from pathlib import Path
 
 import numpy as np
 
+from ...keys import digest, function_key
 from ...train import map_processes
 from .data import modular_data
 from .training import grokking_times, log_columns, make_modular_model, train_modular
@@ -140,7 +144,7 @@ def _sweep_run(omega: float, p: int, seed: int, max_steps: int, train_frac: floa
 def grokking_sweep(omegas, ps, seeds=(0,), *, max_steps: int, train_frac: float = 0.5, lr: float = 3e-3,
                    betas: tuple[float, float] = (0.9, 0.98), log_every: int = 10, level: float = 0.95,
                    model_kw: dict | None = None, processes: int | None = None, progress: bool = True,
-                   **train_kw) -> list[dict]:
+                   checkpoint_dir: str | Path | None = None, **train_kw) -> list[dict]:
     """Train one model per (ω, p, seed) until test accuracy ≥ `level` or `max_steps`; one row per run.
 
     Parameters
@@ -160,6 +164,12 @@ def grokking_sweep(omegas, ps, seeds=(0,), *, max_steps: int, train_frac: float 
     processes : int, optional
         As in `coreinv.train.map_processes` (the runs are independent; off the CPU, one after another here).
     progress : bool
+    checkpoint_dir : str or Path, optional
+        A folder for the runs' rows: each run's row is kept as JSON under a name made of its settings and
+        the key of the code that trains and reads it (`coreinv.keys.function_key` of `_sweep_run`, which
+        reaches `train_modular` and `coreinv.train.train`). A run whose row is there is read back instead of
+        trained, so a second sweep of the same settings and code trains nothing and returns the same rows
+        (`wall_s` is the time of the run that trained). None: nothing is kept.
     **train_kw
         Passed to `train_modular` (e.g. `grad_clip`, `loss_dtype`, `schedule="onecycle"`, `pct_start`), so
         that the sweep trains as the main runs do. A schedule runs over `max_steps` (the main run's length,
@@ -187,8 +197,22 @@ def grokking_sweep(omegas, ps, seeds=(0,), *, max_steps: int, train_frac: float 
     jobs = [dict(omega=float(w), p=int(p), seed=int(s), max_steps=max_steps, train_frac=train_frac, lr=lr,
                  betas=betas, log_every=log_every, level=level, model_kw=model_kw, train_kw=train_kw)
             for p in ps for w in omegas for s in seeds]
-    return map_processes(_sweep_run, jobs, processes, progress=progress, desc="sweep",
-                         device=model_kw.get("device", "cpu"))
+    run = lambda todo: map_processes(_sweep_run, todo, processes, progress=progress, desc="sweep",
+                                     device=model_kw.get("device", "cpu"))
+    if checkpoint_dir is None:
+        return run(jobs)
+    code = function_key(_sweep_run)
+    paths = [Path(checkpoint_dir) / f"omega{j['omega']:g}-p{j['p']}-seed{j['seed']}-"
+             f"{digest(code, json.loads(json.dumps(j, default=str)), length=12)}.json" for j in jobs]
+    todo = [k for k, f in enumerate(paths) if not f.is_file()]
+    rows = {k: json.loads(f.read_text()) for k, f in enumerate(paths) if k not in todo}
+    for k, row in zip(todo, run([jobs[k] for k in todo]) if todo else []):
+        rows[k] = row
+        paths[k].parent.mkdir(parents=True, exist_ok=True)
+        tmp = paths[k].with_name(f"{paths[k].name}.{os.getpid()}.tmp")  # then rename: never half a row
+        tmp.write_text(json.dumps(row))
+        os.replace(tmp, paths[k])
+    return [rows[k] for k in range(len(jobs))]
 
 
 # %% ../../../nbs/22_grokking_scaling.ipynb #7962bb1e
