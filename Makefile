@@ -3,7 +3,7 @@
 #   make test   install, then the checks: export in sync, notebook hygiene, unit tests and nbval
 #               over the library notebooks (test-fast, one process per core), then nbval over the
 #               chapters at the `ci` preset (each executed once; its claims rechecked from that
-#               run), the committed book rendered, the book built executed
+#               run), the committed book rendered, the book built executed (two sessions side by side)
 #   make test-fast  the same without chapters, book builds or the browser, one process per core (for authors; CI runs `make test`)
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -14,6 +14,9 @@ STAMP := $(VENV)/.installed
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export MPLBACKEND := Agg
 export PYTHONHASHSEED := 0
+# One thread per process (PyTorch's and OpenBLAS's pools): processes run side by side, one per core, and two
+# threads each on a loaded 2-core machine spin against each other (a library page: 114 s with two, 15 s with one).
+export OMP_NUM_THREADS := 1
 
 .PHONY: install export book publish test test-fast nbs clean help
 help:
@@ -47,10 +50,21 @@ TEST_WORKERS ?= $(shell nproc)
 test-fast: install
 	COREINV_PRESET=ci $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(addprefix --ignore=,$(SLOW_TESTS))
 
-# test-fast, then the chapters in one session: each chapter's nbval run, then the tests that read it
-# (its claims, the executed book), then the rendered book in the browser.
+# test-fast, then the chapters: each chapter's nbval run, then the tests that read it (its claims, the
+# executed book), and the rendered book in the browser. With two or more TEST_WORKERS they run as two pytest
+# sessions side by side (tools/side_by_side.py), balanced by their measured seconds (grokking 349 +
+# agreement 100; markov 70 + sae_gap 159 + the book builds and browser 255); each checks its own chapters' claims.
+CHAPTERS_A := nbs/chapters/grokking.ipynb nbs/chapters/agreement.ipynb tests/test_chapter_results.py
+CHAPTERS_B := nbs/chapters/markov.ipynb nbs/chapters/sae_gap.ipynb tests/test_chapter_results.py \
+	tests/test_book.py tests/test_book_build.py tests/test_browser.py
 test: test-fast
+ifeq ($(TEST_WORKERS),1)
 	COREINV_PRESET=ci $(BIN)/python -m pytest $(SLOW_TESTS)
+else
+	COREINV_PRESET=ci $(BIN)/python tools/side_by_side.py \
+		"grokking+agreement=$(BIN)/python -m pytest -v $(CHAPTERS_A)" \
+		"markov+sae_gap+book=$(BIN)/python -m pytest -v $(CHAPTERS_B)"
+endif
 
 # Re-run one notebook in place at the book preset and tidy it (for authors): make nbs NB=nbs/00_presets.ipynb
 nbs: export

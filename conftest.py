@@ -11,7 +11,8 @@ are recorded into a copy of the notebook. Tests that read a chapter's run (the f
 claim checks of tests/test_chapter_results.py, and the executed book of tests/test_book_build.py,
 whose first build takes the Markov chapter from this run. When a session did not collect a chapter's
 cells (e.g. `pytest tests/test_chapter_results.py`), `nbval_chapter` gives None and those tests
-execute the chapter themselves.
+execute the chapter themselves; a session that collected some chapters checks only those chapters'
+claims (`make test` runs its chapters in two such sessions side by side, `tools/side_by_side.py`).
 """
 import copy
 import os
@@ -89,6 +90,16 @@ def pytest_collection_modifyitems(config, items):
             marker = gpu_skip_marker(item, gpu)
             if marker is not None:
                 item.add_marker(marker)
+    # A session that runs some chapters' cells checks those chapters' claims (`chapter_run[<chapter>]`), not
+    # the others': `make test` runs its chapters in two sessions side by side, each with its claim checks.
+    # A session that runs no chapter (e.g. `pytest tests/test_chapter_results.py`) executes each chapter it checks.
+    ran = {chapter_of(i) for i in items} - {None}
+    if ran:
+        other = [i for i in items if getattr(getattr(i, "callspec", None), "params", {}).get("chapter_run", None)
+                 not in (None, *ran)]
+        if other:
+            config.hook.pytest_deselected(items=other)
+            items[:] = [i for i in items if i not in other]
     # Readers of the chapters' run go last (stable: their own order, and fixture grouping, stay).
     reads = [i for i in items if READS_CHAPTERS & set(getattr(i, "fixturenames", ()))]
     if reads:

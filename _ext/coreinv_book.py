@@ -28,7 +28,8 @@ its public functions; nothing else re-implements them.
    cache does not hold, `book_workers()` at a time (default: one per CPU core), each exactly as
    myst-nb would (jupyter-cache's `single_nb_execution`, in the notebook's folder, same kernel
    environment), and caches them; myst-nb then reads them from the cache. Results do not depend on
-   it: each chapter computes on one thread of its own kernel. A notebook that fails is not cached,
+   it: every kernel runs on one thread (`OMP_NUM_THREADS=1`, set in `setup`; the chapters also pin
+   PyTorch to one). A notebook that fails is not cached,
    so myst-nb executes it again when it reads it and reports the error as always.
 """
 from __future__ import annotations
@@ -384,8 +385,10 @@ def _execute_side_by_side(app, env, docnames) -> None:
 
 
 def setup(app):
-    # Kernels inherit this process's environment: make sure they draw figures into the notebook.
+    # Kernels inherit this process's environment: make sure they draw figures into the notebook, and that each
+    # runs on one thread (PyTorch's and OpenBLAS's pools), as notebooks execute side by side, one per core.
     os.environ["MPLBACKEND"] = INLINE_BACKEND
+    os.environ["OMP_NUM_THREADS"] = "1"
     app.add_transform(_DropNestedTransitions)
     app.add_node(scorecard_placeholder)
     app.add_directive("scorecard", ScorecardDirective)

@@ -33,3 +33,16 @@ def test_readme_your_model_section_runs(tmp_path, monkeypatch):
     assert ace.rank_ >= 16 and dims.ks == [1, 2, 4, 8, 16]
     assert all(0 <= s <= 1.01 for s in dims.sufficiency)
     assert np.isfinite(edmd.eigvals_).all() and len(edmd.eigvals_) == 9      # 8 PCA features + the constant
+
+
+def test_make_test_runs_every_chapter_and_slow_test_once():
+    """`make test`'s two chapter sessions (CHAPTERS_A, CHAPTERS_B) together run every chapter in nbs/chapters
+    once and every slow test file that test-fast leaves out; a new chapter must be given to one of them."""
+    text = (README.parent / "Makefile").read_text().replace("\\\n", " ")
+    var = lambda name: re.search(rf"^{name} := (.*)$", text, flags=re.M).group(1).split()
+    a, b, slow = var("CHAPTERS_A"), var("CHAPTERS_B"), var("SLOW_TESTS")
+    chapters = sorted(f"nbs/chapters/{p.name}" for p in (README.parent / "nbs" / "chapters").glob("*.ipynb"))
+    ran = [f for f in a + b if f.startswith("nbs/chapters/")]
+    assert sorted(ran) == chapters, f"chapters run by make test: {sorted(ran)}; in nbs/chapters: {chapters}"
+    assert "nbs/chapters" in slow and set(a + b) - set(ran) == set(slow) - {"nbs/chapters"}
+    assert "tests/test_chapter_results.py" in a and "tests/test_chapter_results.py" in b
