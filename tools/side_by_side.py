@@ -16,11 +16,13 @@ import threading
 import time
 
 
-def _echo(name: str, proc: subprocess.Popen, lock: threading.Lock) -> None:
+def _echo(name: str, proc: subprocess.Popen, lock: threading.Lock, ends: dict, started: float) -> None:
+    "Echo `proc`'s lines as they come, prefixed by `[name] `; then record its (exit status, seconds) in `ends`."
     for line in proc.stdout:
         with lock:
             sys.stdout.write(f"[{name}] {line}")
             sys.stdout.flush()
+    ends[name] = (proc.wait(), time.time() - started)
 
 
 def main(argv: list[str]) -> int:
@@ -33,20 +35,19 @@ def main(argv: list[str]) -> int:
     if not jobs:
         sys.exit(__doc__)
     lock, env = threading.Lock(), {**os.environ, "PYTHONUNBUFFERED": "1"}
-    started, procs, readers = time.time(), [], []
+    started, readers, ends = time.time(), [], {}
     for name, command in jobs:
         proc = subprocess.Popen(["bash", "-c", command], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, bufsize=1, env=env)
-        reader = threading.Thread(target=_echo, args=(name, proc, lock), daemon=True)
+        reader = threading.Thread(target=_echo, args=(name, proc, lock, ends, started), daemon=True)
         reader.start()
-        procs.append(proc); readers.append(reader)
-    ends = {}
-    for (name, _), proc, reader in zip(jobs, procs, readers):
-        proc.wait(); reader.join()
-        ends[name] = (proc.returncode, time.time() - started)
-    for name, (rc, sec) in ends.items():
+        readers.append(reader)
+    for reader in readers:
+        reader.join()
+    for name, _ in jobs:
+        rc, sec = ends[name]
         print(f"[{name}] exit status {rc} after {sec:.0f} s")
-    return next((rc for rc, _ in ends.values() if rc != 0), 0)
+    return next((ends[name][0] for name, _ in jobs if ends[name][0] != 0), 0)
 
 
 if __name__ == "__main__":
