@@ -52,8 +52,9 @@ test-fast: install
 
 # test-fast, then the chapters: each chapter's nbval run, then the tests that read it (its claims, the
 # executed book), and the rendered book in the browser. With two or more TEST_WORKERS they run as two pytest
-# sessions side by side (tools/side_by_side.py), balanced by their measured seconds (grokking 349 +
-# agreement 100; markov 70 + sae_gap 159 + the book builds and browser 255); each checks its own chapters' claims.
+# sessions side by side (tools/side_by_side.py), balanced by their measured seconds (in a fresh clone:
+# grokking 375 + agreement 77; markov 51 + sae_gap 122 + the book builds and browser 222); each checks its own
+# chapters' claims.
 CHAPTERS_A := nbs/chapters/grokking.ipynb nbs/chapters/agreement.ipynb tests/test_chapter_results.py
 CHAPTERS_B := nbs/chapters/markov.ipynb nbs/chapters/sae_gap.ipynb tests/test_chapter_results.py \
 	tests/test_book.py tests/test_book_build.py tests/test_browser.py
