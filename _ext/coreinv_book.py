@@ -28,8 +28,8 @@ its public functions; nothing else re-implements them.
    cache does not hold, `book_workers()` at a time (default: one per CPU core), each exactly as
    myst-nb would (jupyter-cache's `single_nb_execution`, in the notebook's folder, same kernel
    environment), and caches them; myst-nb then reads them from the cache. Results do not depend on
-   it: every kernel runs on one thread (`OMP_NUM_THREADS=1`, set in `setup`; the chapters also pin
-   PyTorch to one). A notebook that fails is not cached,
+   it: every kernel runs on one thread (`OMP_NUM_THREADS=1` in `KERNEL_ENV`, set in `setup`; the
+   chapters also pin PyTorch to one). A notebook that fails is not cached,
    so myst-nb executes it again when it reads it and reports the error as always.
 """
 from __future__ import annotations
@@ -52,6 +52,10 @@ from coreinv.runtime import has_gpu
 LOGGER = logging.getLogger(__name__)
 SKIP_TAG = "skip-execution"  # nbclient's default `skip_cells_with_tag`
 INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
+# What every kernel that executes a page inherits (the book's, and `tools/notebooks.py run`'s): figures drawn
+# into the notebook, and one thread (PyTorch's and OpenBLAS's pools), as notebooks execute side by side, one
+# per core, and a chapter's results must not depend on what runs beside it.
+KERNEL_ENV = {"MPLBACKEND": INLINE_BACKEND, "OMP_NUM_THREADS": "1"}
 KEY_FILE = "coreinv-code-keys.json"
 _DIRECTIVE = re.compile(r"^\s*#\|")
 _HIDE = re.compile(r"^\s*#\|\s*(hide|exporti|exec_doc)\s*$")  # cells nbdev keeps out of docs
@@ -385,10 +389,7 @@ def _execute_side_by_side(app, env, docnames) -> None:
 
 
 def setup(app):
-    # Kernels inherit this process's environment: make sure they draw figures into the notebook, and that each
-    # runs on one thread (PyTorch's and OpenBLAS's pools), as notebooks execute side by side, one per core.
-    os.environ["MPLBACKEND"] = INLINE_BACKEND
-    os.environ["OMP_NUM_THREADS"] = "1"
+    os.environ.update(KERNEL_ENV)  # kernels inherit this process's environment
     app.add_transform(_DropNestedTransitions)
     app.add_node(scorecard_placeholder)
     app.add_directive("scorecard", ScorecardDirective)
