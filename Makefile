@@ -1,10 +1,10 @@
 # coreinv: two commands do everything on a fresh machine.
 #   make book   install, export the library, run every chapter at the `book` preset, build _build/html
 #   make test   install, then the checks: export in sync, notebook hygiene, unit tests and nbval
-#               over the library notebooks (test-fast, one process per core), then nbval over the
+#               over the library notebooks (test-fast, one process per core and one more), then nbval over the
 #               chapters at the `ci` preset (each executed once; its claims rechecked from that
 #               run), the committed book rendered, the book built executed (two sessions side by side)
-#   make test-fast  the same without chapters, book builds or the browser, one process per core (for authors; CI runs `make test`)
+#   make test-fast  the same without chapters, book builds or the browser, one process per core and one more (for authors; CI runs `make test`)
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 PYTHON ?= python3
@@ -43,21 +43,24 @@ book: export
 publish: book
 	$(BIN)/python tools/notebooks.py publish --cache _build/.jupyter_cache --results _build/results/book
 
-# What test-fast leaves out: the chapters (nbval and their claim checks) and every book build. What it
-# keeps runs in TEST_WORKERS processes (pytest-xdist; default one per core), a file (a notebook) each.
-SLOW_TESTS := nbs/chapters tests/test_chapter_results.py tests/test_book.py tests/test_book_build.py tests/test_browser.py
-TEST_WORKERS ?= $(shell nproc)
+# What test-fast leaves out: the chapters (nbval and their claim checks), every book build (test_gpu_cells builds
+# two, and runs nbval in two more pytest processes) and the browser. What it keeps runs in TEST_WORKERS processes
+# (pytest-xdist), a file (a notebook) each: by default one more than the cores, since each waits part of the time
+# on its kernels and subprocesses (on 2 cores, 3 workers: 298 s, 2 workers: 312 s).
+SLOW_TESTS := nbs/chapters tests/test_chapter_results.py tests/test_book.py tests/test_book_build.py tests/test_browser.py \
+	tests/test_gpu_cells.py
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 test-fast: install
 	COREINV_PRESET=ci $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(addprefix --ignore=,$(SLOW_TESTS))
 
 # test-fast, then the chapters: each chapter's nbval run, then the tests that read it (its claims, the
 # executed book), and the rendered book in the browser. With two or more TEST_WORKERS they run as two pytest
 # sessions side by side (tools/side_by_side.py), balanced by their measured seconds (in a fresh clone:
-# grokking 375 + agreement 77; markov 51 + sae_gap 122 + the book builds and browser 222); each checks its own
+# grokking 375 + agreement 77; markov 51 + sae_gap 122 + the book builds and browser 222 + the gpu tag 24); each checks its own
 # chapters' claims.
 CHAPTERS_A := nbs/chapters/grokking.ipynb nbs/chapters/agreement.ipynb tests/test_chapter_results.py
 CHAPTERS_B := nbs/chapters/markov.ipynb nbs/chapters/sae_gap.ipynb tests/test_chapter_results.py \
-	tests/test_book.py tests/test_book_build.py tests/test_browser.py
+	tests/test_book.py tests/test_book_build.py tests/test_browser.py tests/test_gpu_cells.py
 test: test-fast
 ifeq ($(TEST_WORKERS),1)
 	COREINV_PRESET=ci $(BIN)/python -m pytest $(SLOW_TESTS)

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -120,6 +121,32 @@ def _module_path(name: str) -> Path | None:
     return None
 
 
+@functools.lru_cache(maxsize=None)
+def _import_statements(source: str) -> tuple[tuple[str, str, int, tuple[str, ...]], ...]:
+    """The import statements of `source` as data, none under `if TYPE_CHECKING`: `("import", name, 0, attrs)`,
+    with the attributes read off the name's alias when it is the package (`c.X` after `import coreinv as c`),
+    and `("from", module, level, names)`. A function of the text alone, so kept per text: a module's source
+    is parsed once per process however many keys read it (the file system is asked afresh each time)."""
+    lines = [l for l in source.splitlines() if not l.lstrip().startswith(("%", "!"))]
+    tree = ast.parse("\n".join(lines))
+    nodes = list(ast.walk(tree))
+    skipped = {id(n) for t in nodes if isinstance(t, ast.If) and _is_type_checking(t) for n in ast.walk(t)}
+    attrs_of: dict[str, set[str]] = {}                                     # `c.X` in the whole source, by `c`
+    for n in nodes:
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name):
+            attrs_of.setdefault(n.value.id, set()).add(n.attr)
+    out = []
+    for node in nodes:
+        if id(node) in skipped: continue
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                attrs = tuple(sorted(attrs_of.get(a.asname or a.name, ()))) if a.name == PACKAGE else ()
+                out.append(("import", a.name, 0, attrs))
+        elif isinstance(node, ast.ImportFrom):
+            out.append(("from", node.module or "", node.level, tuple(a.name for a in node.names)))
+    return tuple(out)
+
+
 def imported_modules(source: str, module: str | None = None) -> set[str]:
     """The `coreinv` modules that running `source` imports: every `import`/`from` statement (also inside functions), none under `if TYPE_CHECKING`.
 
@@ -139,38 +166,30 @@ def imported_modules(source: str, module: str | None = None) -> set[str]:
         Dotted module names, e.g. `{"coreinv.ace", "coreinv.presets"}`; the package itself is always in
         it when any of its modules is.
     """
-    lines = [l for l in source.splitlines() if not l.lstrip().startswith(("%", "!"))]
-    tree = ast.parse("\n".join(lines))
-    skipped = {id(n) for t in ast.walk(tree) if _is_type_checking(t) for n in ast.walk(t)}
     is_pkg = module is not None and _module_path(module) is not None and _module_path(module).name == "__init__.py"
     out: set[str] = set()
-    for node in ast.walk(tree):
-        if id(node) in skipped: continue
-        if isinstance(node, ast.Import):
-            out |= {a.name for a in node.names if a.name.split(".")[0] == PACKAGE}
-            for a in node.names:                                           # `import coreinv as c`, then c.X:
-                if a.name != PACKAGE: continue                               # X's module, or its lazy export's
-                where = getattr(importlib.import_module(PACKAGE), "_WHERE", {})
-                for n in ast.walk(tree):
-                    if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and \
-                            n.value.id == (a.asname or a.name):
-                        sub = f"{PACKAGE}.{n.attr}"
-                        if _module_path(sub) is not None: out.add(sub)
-                        elif n.attr in where: out.add(f"{PACKAGE}.{where[n.attr]}")
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                if module is None: continue
-                parts = module.split(".")[: len(module.split(".")) - node.level + (1 if is_pkg else 0)]
-                base = ".".join(parts + ([base] if base else []))
-            if base.split(".")[0] != PACKAGE: continue
-            out.add(base)
-            for a in node.names:
-                sub = f"{base}.{a.name}"
+    for kind, base, level, names in _import_statements(source):
+        if kind == "import":
+            if base.split(".")[0] == PACKAGE: out.add(base)
+            if base != PACKAGE: continue                                     # `import coreinv as c`, then c.X:
+            where = getattr(importlib.import_module(PACKAGE), "_WHERE", {})  # X's module, or its lazy export's
+            for attr in names:
+                sub = f"{PACKAGE}.{attr}"
                 if _module_path(sub) is not None: out.add(sub)
-                elif base == PACKAGE:
-                    where = getattr(importlib.import_module(PACKAGE), "_WHERE", {}).get(a.name)
-                    if where: out.add(f"{PACKAGE}.{where}")
+                elif attr in where: out.add(f"{PACKAGE}.{where[attr]}")
+            continue
+        if level:
+            if module is None: continue
+            parts = module.split(".")[: len(module.split(".")) - level + (1 if is_pkg else 0)]
+            base = ".".join(parts + ([base] if base else []))
+        if base.split(".")[0] != PACKAGE: continue
+        out.add(base)
+        for name in names:
+            sub = f"{base}.{name}"
+            if _module_path(sub) is not None: out.add(sub)
+            elif base == PACKAGE:
+                where = getattr(importlib.import_module(PACKAGE), "_WHERE", {}).get(name)
+                if where: out.add(f"{PACKAGE}.{where}")
     # importing a.b.c runs the __init__ of a and a.b first
     return {".".join(m.split(".")[:i]) for m in out for i in range(1, len(m.split(".")) + 1)}
 
@@ -223,9 +242,16 @@ def code_key(modules: Iterable[str], skip: Callable[[str, ast.stmt], bool] | Non
     """
     parts = []
     for name in import_closure(modules):
-        rule = (lambda s, name=name: skip(name, s)) if skip is not None else None
-        parts += [name, syntax_hash(_module_path(name).read_text(encoding="utf-8"), rule)]
+        source = _module_path(name).read_text(encoding="utf-8")
+        if skip is None: parts += [name, _module_hash(source)]
+        else: parts += [name, syntax_hash(source, lambda s, name=name: skip(name, s))]
     return digest(parts)
+
+
+@functools.lru_cache(maxsize=None)
+def _module_hash(source: str) -> str:
+    "`syntax_hash(source)`, kept per text: the chapters' keys share most modules, and each is parsed once per process."
+    return syntax_hash(source)
 
 # %% ../nbs/03_keys.ipynb #72b388c2
 def _top_level(fn: Any) -> Any:

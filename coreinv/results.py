@@ -5,6 +5,7 @@
 # %% ../nbs/01_results.ipynb #75f6fcba
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -280,7 +281,9 @@ def _pinned_names() -> list[str]:
     return sorted({n.lower().replace("_", "-") for n in names if n and not n.startswith("#")})
 
 
+@functools.lru_cache(maxsize=None)
 def _installed(name: str) -> str:
+    "The installed version of `name` (kept per process: what a process has imported does not change under it)."
     try: return metadata.version(name)
     except metadata.PackageNotFoundError: return "missing"
 

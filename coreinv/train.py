@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import multiprocessing
 import os
 import warnings
 from collections.abc import Callable, Sequence
@@ -25,6 +24,7 @@ from tqdm import tqdm
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from .keys import digest, function_key
+from .runtime import start_worker, worker_context
 
 # %% auto #0
 __all__ = ['CHECKPOINT_NAME', 'make_transformer', 'TrainLog', 'checkpoint_key', 'train', 'n_processes', 'map_processes']
@@ -352,7 +352,13 @@ def n_processes(processes: int | None, n_jobs: int, device: str | torch.device =
 
 def map_processes(fn: Callable, jobs: Sequence[dict], processes: int | None = None, progress: bool = True,
                   desc: str = "runs", device: str | torch.device = "cpu") -> list:
-    """`[fn(**job) for job in jobs]`, spread over `processes` spawned worker processes of one CPU thread each.
+    """`[fn(**job) for job in jobs]`, spread over `processes` worker processes of one CPU thread each.
+
+    The workers start as `coreinv.runtime.worker_context` says: forked from a fork server that has imported,
+    once for this process, the installed packages it uses (NumPy, SciPy, PyTorch, TransformerLens, ...), so a
+    worker costs no second import of them and a second call starts its workers at once. Each worker imports
+    `fn`'s module, and every module of `coreinv`'s or of yours, from disk, and runs with this process's
+    environment as it is at the call (`coreinv.runtime.start_worker`).
 
     Parameters
     ----------
@@ -378,7 +384,7 @@ def map_processes(fn: Callable, jobs: Sequence[dict], processes: int | None = No
     ------
     ValueError
         If `processes` is not a positive int, or `fn` is defined in `__main__` (a notebook or script)
-        or is a lambda or local function, which spawned workers cannot import.
+        or is a lambda or local function, which worker processes cannot import.
     RuntimeError
         If a worker process died (out of memory, a crash, arguments it could not unpickle).
     Exception
@@ -392,8 +398,8 @@ def map_processes(fn: Callable, jobs: Sequence[dict], processes: int | None = No
     if getattr(fn, "__module__", None) == "__main__" or "<" in name:
         raise ValueError(f"fn {name or fn!r} cannot be imported by a worker process (it is defined in __main__, "
                          "or is a lambda or a local function): use a function of a module, or processes=1")
-    with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"),
-                             initializer=torch.set_num_threads, initargs=(1,)) as pool:
+    with ProcessPoolExecutor(processes, mp_context=worker_context(), initializer=start_worker,
+                             initargs=(dict(os.environ),)) as pool:
         futures = [pool.submit(fn, **j) for j in jobs]
         try:
             for f in tqdm(as_completed(futures), total=len(futures), desc=desc, disable=not progress):

@@ -19,7 +19,7 @@ def run(cmd, cwd=REPO, env=None, timeout=900):
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
-# Prepended to the scripts `hash_in_fresh_process` runs: a hash of a model's weights (and more bytes).
+# Prepended to the scripts `hashes_in_fresh_process` runs: a hash of a model's weights (and more bytes).
 _STATE_HASH = """import hashlib, sys
 def state_hash(model, *extra: bytes) -> str:
     h = hashlib.sha256()
@@ -31,14 +31,22 @@ def state_hash(model, *extra: bytes) -> str:
 """
 
 
-def hash_in_fresh_process(script: str, seed: int) -> str:
-    """Run `script` (which trains with seed `sys.argv[1]` and prints `state_hash(...)`) in a new Python
-    process on this checkout's coreinv; return the hash it printed (for determinism across processes)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    r = subprocess.run([sys.executable, "-c", _STATE_HASH + script, str(seed)], env=env, capture_output=True,
-                       text=True, timeout=300)
+def hashes_in_fresh_process(scripts: dict[str, str], seeds) -> dict[str, list[str]]:
+    """In one new Python process on this checkout's coreinv, for each seed in order, run each script of `scripts`
+    (name: code that trains with the integer `seed` and prints `state_hash(...)`); return each script's hashes, in
+    the order of `seeds` (for determinism across processes: two calls with the seeds, and the scripts, in opposite
+    orders show that a run depends on its seed alone, not on the process nor on what ran before it there)."""
+    prog = _STATE_HASH + f"SCRIPTS = {scripts!r}\nfor seed in map(int, sys.argv[1:]):\n" \
+        "    for name, code in SCRIPTS.items():\n" \
+        "        exec(code, {'seed': seed, 'state_hash': state_hash, 'sys': sys})\n"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), str(REPO / "tests"),
+                                                                     os.environ.get("PYTHONPATH")]))}
+    r = subprocess.run([sys.executable, "-c", prog, *map(str, seeds)], env=env, capture_output=True, text=True,
+                       timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
-    return r.stdout.strip().splitlines()[-1]
+    lines = r.stdout.strip().splitlines()[-len(seeds) * len(scripts):]
+    assert len(lines) == len(seeds) * len(scripts) and all(len(h) == 64 for h in lines), r.stdout[-3000:]
+    return {name: lines[i::len(scripts)] for i, name in enumerate(scripts)}
 
 
 def make_notebook(path: Path, cells) -> Path:

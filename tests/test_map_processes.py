@@ -1,5 +1,7 @@
-"""`coreinv.train.map_processes`: a worker process that dies is reported with its likely causes."""
+"""`coreinv.train.map_processes`: a worker process that dies is reported with its likely causes; workers see the
+caller's environment and code as they are at the call."""
 import json
+import os
 
 import pytest
 
@@ -30,3 +32,24 @@ def test_off_the_cpu_the_calls_run_here():
     # one accelerator is not shared between processes: a lambda (which no worker could import) runs here
     assert map_processes(lambda x: x + 1, [dict(x=1), dict(x=2)], processes=2, progress=False,
                          device="cuda") == [2, 3]
+
+
+def test_workers_take_the_environment_as_it_is_at_the_call(monkeypatch):
+    # the fork server starts with the first call; a variable set after it must still reach the next call's workers
+    monkeypatch.delenv("COREINV_PROBE", raising=False)
+    assert map_processes(os.getenv, [dict(key="COREINV_PROBE")] * 2, processes=2, progress=False) == [None, None]
+    monkeypatch.setenv("COREINV_PROBE", "set after the server started")
+    assert map_processes(os.getenv, [dict(key="COREINV_PROBE")] * 2, processes=2,
+                         progress=False) == ["set after the server started"] * 2
+
+
+def test_workers_read_an_edited_module_afresh(tmp_path, monkeypatch):
+    # the fork server holds installed packages only: a module of the user's (or coreinv's) is read from disk
+    # by each call's workers, so an edit between two calls reaches the second
+    mod = tmp_path / "edited_between_calls.py"
+    mod.write_text("def answer():\n    return 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import edited_between_calls
+    assert map_processes(edited_between_calls.answer, [{}, {}], processes=2, progress=False) == [1, 1]
+    mod.write_text("def answer():\n    return 'edited'\n")                 # another size: no stale bytecode
+    assert map_processes(edited_between_calls.answer, [{}, {}], processes=2, progress=False) == ["edited"] * 2

@@ -1,6 +1,6 @@
 """Tests for coreinv.tasks.markov beyond the notebook's own checks (nbs/21_tasks_markov.ipynb, run by nbval):
-chains of other sizes and spectra, closed-form entropy rates, seeded training on two CPU threads and in two
-processes, and a dry run of the chapter's steps at the `paper` preset's sizes."""
+chains of other sizes and spectra, closed-form entropy rates, seeded training on two CPU threads (in two
+processes: tests/test_determinism.py), and a dry run of the chapter's steps at the `paper` preset's sizes."""
 
 import numpy as np
 import pytest
@@ -13,7 +13,6 @@ from coreinv.tasks.markov import SIZES
 from coreinv.tasks.markov import (CHAINS, HOOK, entropy_rate, markov_chain, markov_core_report, markov_metrics,
                                   nontrivial_eigenvalues, rank_k_kl, sample_chain,
                                   stationary_distribution, train_markov, unigram_kl)
-from helpers import REPO, hash_in_fresh_process
 
 SPECTRA = [([0.5, -0.4], [0.5, 0.3, 0.2]), ([0.2, 0.1, 0.0, -0.1], None)]   # the notebook checks the 4-state chains
 
@@ -48,19 +47,6 @@ def test_training_is_deterministic_with_two_threads():
         assert torch.get_num_threads() == 2, "train must restore the thread count"
     finally:
         torch.set_num_threads(n)
-
-
-_TRAIN = """from coreinv.tasks.markov import CHAINS, markov_chain, train_markov
-model, _ = train_markov(markov_chain(*CHAINS["real"]), seed=int(sys.argv[1]), steps=15, d_model=32,
-                        seq_len=16, batch=32)
-print(state_hash(model))"""
-
-
-def test_two_processes_train_identical_models():
-    "Results repeat: two fresh processes with one seed end with bit-identical weights; another seed does not."
-    a, b, other = (hash_in_fresh_process(_TRAIN, seed) for seed in (3, 3, 4))
-    assert len(a) == 64 and a == b
-    assert other != a
 
 
 def test_paper_preset_dry_run():
