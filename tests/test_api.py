@@ -20,20 +20,32 @@ def _py(code: str) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def test_import_coreinv_is_cheap_and_exposes_the_main_names():
-    out = _py("import sys, json, coreinv\n"
-              "heavy = sorted(m for m in ('torch', 'transformer_lens', 'numpy', 'scipy') if m in sys.modules)\n"
-              f"{MAIN}\n"
-              "import coreinv.ace as a, coreinv.koopman as k\n"
-              "print(json.dumps(dict(heavy=heavy, version=coreinv.__version__, ace=ACE is a.ACE, edmdc=EDMDc is k.EDMDc,\n"
-              "    ablate=ablate is sys.modules['coreinv.ablate'].ablate, tl='transformer_lens' in sys.modules)))")
+@pytest.fixture(scope="module")
+def fresh_imports() -> dict:
+    """In one fresh interpreter, in this order: what `import coreinv` pulls in; the main names (and whether they
+    needed TransformerLens); the SAE names; then `from coreinv import *` and every lazy export against its module."""
+    return _py("import sys, json, coreinv\n"
+               "heavy = sorted(m for m in ('torch', 'transformer_lens', 'numpy', 'scipy') if m in sys.modules)\n"
+               f"{MAIN}\n"
+               "import coreinv.ace as a, coreinv.koopman as k\n"
+               "main = dict(heavy=heavy, version=coreinv.__version__, ace=ACE is a.ACE, edmdc=EDMDc is k.EDMDc,\n"
+               "    ablate=ablate is sys.modules['coreinv.ablate'].ablate, tl='transformer_lens' in sys.modules)\n"
+               "from coreinv import SparseAutoencoder, SAE, sae_metrics, ce_loss_recovered\n"
+               "import coreinv.sae as s\n"
+               "sae = all(getattr(s, n) is v for n, v in dict(SparseAutoencoder=SparseAutoencoder,\n"
+               "    SAE=SAE, sae_metrics=sae_metrics, ce_loss_recovered=ce_loss_recovered).items())\n"
+               "ns = {}\nexec('from coreinv import *', ns)\n"
+               "bad = [n for m, names in coreinv._EXPORTS.items() for n in names\n"
+               "       if getattr(coreinv, n) is not getattr(__import__(f'coreinv.{m}', fromlist=[n]), n)]\n"
+               "print(json.dumps(dict(main=main, sae=sae, bad=bad, star=sorted(set(ns) - {'__builtins__'}),\n"
+               "    all=sorted(coreinv.__all__), dir=all(n in dir(coreinv) for n in coreinv.__all__))))")
+
+
+def test_import_coreinv_is_cheap_and_exposes_the_main_names(fresh_imports):
+    out = fresh_imports["main"]
     assert out["heavy"] == [] and out["ace"] and out["edmdc"] and out["ablate"]
     assert not out["tl"]                                  # none of these names needs TransformerLens
-    sae = _py("import sys, json\nfrom coreinv import SparseAutoencoder, SAE, sae_metrics, ce_loss_recovered\n"
-              "import coreinv.sae as s\n"
-              "print(json.dumps(all(getattr(s, n) is v for n, v in dict(SparseAutoencoder=SparseAutoencoder,\n"
-              "    SAE=SAE, sae_metrics=sae_metrics, ce_loss_recovered=ce_loss_recovered).items())))")
-    assert sae is True
+    assert fresh_imports["sae"] is True
     settings = (REPO / "settings.ini").read_text()
     assert f"version = {out['version']}\n" in settings
 
@@ -48,13 +60,8 @@ def test_ablate_is_the_function_whatever_was_imported_first():
     assert out == {"fn": True, "attr": True, "mod": True}
 
 
-def test_every_export_resolves_and_star_import_matches():
-    out = _py("import json, coreinv\n"
-              "ns = {}\nexec('from coreinv import *', ns)\n"
-              "bad = [n for m, names in coreinv._EXPORTS.items() for n in names\n"
-              "       if getattr(coreinv, n) is not getattr(__import__(f'coreinv.{m}', fromlist=[n]), n)]\n"
-              "print(json.dumps(dict(bad=bad, star=sorted(set(ns) - {'__builtins__'}),\n"
-              "    all=sorted(coreinv.__all__), dir=all(n in dir(coreinv) for n in coreinv.__all__))))")
+def test_every_export_resolves_and_star_import_matches(fresh_imports):
+    out = fresh_imports
     assert out["bad"] == [] and out["star"] == out["all"] and out["dir"]
     with pytest.raises(AttributeError, match="has no attribute 'nope'"):
         import coreinv

@@ -1,6 +1,6 @@
 """Data-parallel fits under torch.distributed (gloo, CPU): every rank ends with the single-process fit.
 
-Each test spawns 2 or 3 local processes. Every rank builds the same data from a seed and fits on its
+Each test starts 2 or 3 local processes. Every rank builds the same data from a seed and fits on its
 own shard; the parent fits once on all of it and compares (float64, to 1e-10). Shards are uneven,
 and one rank of three holds nothing. A rank that fails stops the others with a clear error.
 """
@@ -110,14 +110,21 @@ def _worker(rank, size, init_file, out_dir, scenarios):
     dist.destroy_process_group()
 
 
+# The ranks fork from a fork server that has imported PyTorch once, as coreinv's own workers do
+# (`coreinv.runtime.worker_context`: installed packages only); spawned, each would import it again.
+START = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     "Spawn once per world size: 2 ranks (fits, failures, a rank that dies) and 3 ranks (fits)."
+    if START == "forkserver":
+        mp.set_forkserver_preload(["torch"])                # read when the server starts (if it has not)
     out = {}
     for size, scenarios in [(2, ("fits", "failures", "dies")), (3, ("fits",))]:
         tmp = tmp_path_factory.mktemp(f"ranks{size}")
         ctx = mp.start_processes(_worker, args=(size, str(tmp / "init"), str(tmp), scenarios),
-                                 nprocs=size, join=False, start_method="spawn")
+                                 nprocs=size, join=False, start_method=START)
         deadline = time.time() + 50
         while not ctx.join(timeout=1):
             if time.time() > deadline:
