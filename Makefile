@@ -46,7 +46,7 @@ publish: book
 # What test-fast leaves out: the chapters (nbval and their claim checks), every book build (test_gpu_cells builds
 # two, and runs nbval in two more pytest processes) and the browser. What it keeps runs in TEST_WORKERS processes
 # (pytest-xdist), a file (a notebook) each: by default one more than the cores, since each waits part of the time
-# on its kernels and subprocesses (on 2 cores, 3 workers: 298 s, 2 workers: 312 s).
+# on its kernels and subprocesses (on 2 cores, one run each: 3 workers 298 s, 2 workers 312 s).
 SLOW_TESTS := nbs/chapters tests/test_chapter_results.py tests/test_book.py tests/test_book_build.py tests/test_browser.py \
 	tests/test_gpu_cells.py
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
