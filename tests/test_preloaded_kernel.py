@@ -19,6 +19,7 @@ tool = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(tool)
 
 PROBE = ("import os, sys, json; print(json.dumps(dict(pid=os.getpid(), numpy='numpy' in sys.modules, "
+         "threads=__import__('torch').get_num_threads(), "
          "cwd=os.getcwd(), path0=sys.path[0], argv0=sys.argv[0], "
          "preset=os.environ.get('COREINV_PRESET'), other=os.environ.get('CONTROL_SETTING'))))")
 
@@ -26,7 +27,7 @@ PROBE = ("import os, sys, json; print(json.dumps(dict(pid=os.getpid(), numpy='nu
 @pytest.fixture(scope="module")
 def server():
     env = {k: v for k, v in os.environ.items() if k != "CONTROL_SETTING"}
-    s = tool.Server(["numpy"], env=env)                   # numpy: a package ipykernel itself does not import
+    s = tool.Server(["numpy", "torch"], env=env)          # packages ipykernel itself does not import
     yield s
     s.stop()
 
@@ -81,12 +82,13 @@ def test_a_forked_kernel_runs_as_a_plain_one_would(server, tmp_path):
         assert forked["numpy"], "not forked from the server: numpy was not preloaded"
         assert forked["pid"] != km.provisioner.process.pid  # the launcher is not the kernel
         assert forked["preset"] == "set-after-the-server-started" and forked["other"] is None
-        for key in ("cwd", "path0", "argv0"):                # as `python -m ipykernel_launcher` in that folder
+        for key in ("cwd", "path0", "argv0", "threads"):     # as `python -m ipykernel_launcher` in that folder
             assert forked[key] == plain[key], key
         assert forked["cwd"] == str(tmp_path)
-        # NumPy's global generator is reseeded in each kernel, as in fresh interpreters
-        draws = [run(c, "import numpy; print(numpy.random.randint(2**62))")[0] for c in (kc, kc2)]
-        assert probe(kc2)["numpy"] and draws[0] != draws[1], draws
+        # the global generators are seeded afresh in each kernel, as in fresh interpreters
+        draw = "import numpy, torch; print(numpy.random.randint(2**62), torch.randint(2**62, ()).item())"
+        draws = [run(c, draw)[0].split() for c in (kc, kc2)]
+        assert probe(kc2)["numpy"] and all(a != b for a, b in zip(*draws)), draws
     finally:
         for c, m in ((kc0, km0), (kc, km), (kc2, km2)):
             c.stop_channels()

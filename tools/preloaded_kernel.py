@@ -18,11 +18,12 @@ The second is what jupyter_client starts as "the kernel": a small launcher (stan
 sends the server its environment, working directory, arguments and standard streams, and stays alive as
 long as the forked kernel does, passing it the signals jupyter_client sends (interrupt, terminate). When the
 launcher dies (jupyter_client kills it), its kernel exits. A forked kernel starts as `python -m
-ipykernel_launcher` would, in the launcher's environment and folder, with NumPy's global generator reseeded
-from the OS. The server refuses, and the launcher starts a plain kernel instead, when the environment differs
-from the server's in a variable the preloaded packages may have read when they were imported: only the names
-in `MAY_DIFFER` (read later, by coreinv, matplotlib, pytest and Jupyter) may differ. So does a launcher that
-finds no server (`$COREINV_KERNEL_SERVER` unset or not listening).
+ipykernel_launcher` would, in the launcher's environment and folder, with NumPy's and PyTorch's global
+generators seeded from the OS (as a fresh interpreter's are), and the variables the imports set (PyTorch's
+`TORCHINDUCTOR_CACHE_DIR`). The server refuses, and the launcher starts a plain kernel instead, when the
+environment differs from the server's in a variable the preloaded packages may have read when they were
+imported: only the names in `MAY_DIFFER` (read later, by coreinv, matplotlib, pytest and Jupyter) may
+differ. So does a launcher that finds no server (`$COREINV_KERNEL_SERVER` unset or not listening).
 """
 from __future__ import annotations
 
@@ -203,8 +204,10 @@ def become_kernel(conn: socket.socket, request: dict, fds: list[int]) -> None:
     os.environ.clear()
     os.environ.update(request["env"])
     sys.path[0] = request["cwd"]                          # as `python -m` sets it
-    if "numpy.random" in sys.modules:                     # a fresh interpreter seeds it from the OS
-        sys.modules["numpy"].random.seed()
+    if "numpy.random" in sys.modules:                     # a fresh interpreter seeds the global generators
+        sys.modules["numpy"].random.seed()                # from the OS (Python's `random` reseeds itself)
+    if "torch" in sys.modules:
+        sys.modules["torch"].seed()
     conn.sendall(_HEADER.pack(os.getpid()))
 
     def exit_with_launcher():                             # jupyter_client kills the launcher to kill the kernel
