@@ -13,18 +13,30 @@ whose first build takes the Markov chapter from this run. When a session did not
 cells (e.g. `pytest tests/test_chapter_results.py`), `nbval_chapter` gives None and those tests
 execute the chapter themselves; a session that collected some chapters checks only those chapters'
 claims (`make test` runs its chapters in two such sessions side by side, `tools/side_by_side.py`).
+
+Kernels: nbval's kernels are forked from a server that has imported PyTorch and TransformerLens
+once per pytest process (`tools/preloaded_kernel.py`: 5-8 s less per notebook that uses them). A
+kernel whose environment differs from the server's where an import could have read it is started plain;
+`COREINV_PRELOADED_KERNELS=0` starts every kernel plain. The book's builds start plain kernels. Either
+way a kernel listens on Unix sockets of its own, not on TCP ports (`UnixSocketKernelManager`).
 """
 import copy
+import importlib.util
 import os
+import shutil
+import tempfile
+import uuid
 from pathlib import Path
 
 import pytest
+from jupyter_client.manager import KernelManager
 
 from coreinv.presets import is_gpu_cell
 
 CHAPTERS = Path(__file__).resolve().parent / "nbs" / "chapters"
 INLINE_BACKEND = "module://matplotlib_inline.backend_inline"  # as _ext/coreinv_book.py
 READS_CHAPTERS = {"chapter_run", "built_book"}  # fixtures whose tests run after the chapters' nbval run
+KERNEL_TOOL = Path(__file__).resolve().parent / "tools" / "preloaded_kernel.py"
 
 
 def gpu_skip_marker(item, gpu_available: bool):
@@ -58,8 +70,51 @@ class ChapterRun:
         self.reported, self.failed = set(), []
 
 
+class UnixSocketKernelManager(KernelManager):
+    """A KernelManager whose kernel listens on Unix sockets of its own (transport `ipc`), not on TCP ports.
+
+    Over TCP, jupyter_client picks a kernel's five ports by binding port 0 and letting go, and the kernel binds
+    them a moment later. With several pytest processes starting kernels at once, another kernel can take one of
+    those ports in between. The kernel then fails to start, and its client, connected to a socket of another
+    kind (a PUB, say), blocks in a send for good if the kernel is slow to end: the test run hangs instead of
+    failing (tests/test_preloaded_kernel.py shows it). A socket path named by a fresh UUID cannot be taken:
+    nbval's kernels (all of this session's) use this manager.
+    """
+    folder: Path | None = None   # one per pytest process, made at configure time and removed at its end
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.transport = "ipc"
+        self.ip = str(self.folder / uuid.uuid4().hex)   # its sockets are the files `<ip>-1` ... `<ip>-5`
+
+
 def pytest_configure(config):
     config.coreinv_chapter_runs = {}
+    config.coreinv_kernel_server = None
+    import nbval.kernel
+    UnixSocketKernelManager.folder = Path(tempfile.mkdtemp(prefix="coreinv-kernels-"))  # short: ~100 bytes a path
+    nbval.kernel.KernelManager = UnixSocketKernelManager   # what nbval.kernel.start_new_kernel builds
+
+
+def start_kernel_server(config) -> None:
+    """Start this process's kernel server (`tools/preloaded_kernel.py`) and point nbval at its kernel spec.
+
+    The server imports `coreinv.runtime.PRELOAD`; it ends with this pytest process."""
+    from coreinv.runtime import PRELOAD
+    spec = importlib.util.spec_from_file_location("preloaded_kernel", KERNEL_TOOL)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    server = tool.Server(list(PRELOAD))
+    os.environ.update({k: server.env[k] for k in (tool.SERVER_ENV, "JUPYTER_PATH")})
+    config.add_cleanup(server.stop)
+    config.option.nbval_current_env = False
+    config.option.nbval_kernel_name = tool.KERNEL_NAME
+    config.coreinv_kernel_server = server
+
+
+def pytest_unconfigure(config):
+    if UnixSocketKernelManager.folder is not None:
+        shutil.rmtree(UnixSocketKernelManager.folder, ignore_errors=True)
 
 
 FILE_SECONDS: dict[str, float] = {}  # test file (nbval: notebook) → seconds of its setup, call and teardown
@@ -108,7 +163,11 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_setup(item):
-    "Start a chapter's kernel (nbval does, at its first cell) with the session's results folder and inline figures."
+    """Before a notebook's first cell: the kernel server (once per process). Start a chapter's kernel (nbval
+    does, at its first cell) with the session's results folder and inline figures."""
+    if hasattr(item, "cell") and item.config.coreinv_kernel_server is None and \
+            os.environ.get("COREINV_PRELOADED_KERNELS", "1") != "0":
+        start_kernel_server(item.config)
     chapter = chapter_of(item)
     if chapter is None:
         yield

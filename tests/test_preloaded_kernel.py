@@ -1,0 +1,225 @@
+"""tools/preloaded_kernel.py, the kernels nbval runs the notebooks in: forked from a server that has imported
+the heavy packages, each runs as a fresh `python -m ipykernel_launcher` would, in its launcher's environment
+and folder; jupyter_client's interrupt, shutdown and kill reach it; and where the environment differs from
+the server's in a variable an import could have read, the kernel is started plain (the negative control of
+each check that a kernel was forked: the same probe in a plain kernel). A kernel that fails to start ends at
+once and says why; nbval's kernels listen on Unix sockets, not TCP ports (conftest.UnixSocketKernelManager)."""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from jupyter_client import KernelManager
+from jupyter_client.kernelspec import KernelSpecManager
+
+from helpers import REPO
+
+_spec = importlib.util.spec_from_file_location("preloaded_kernel", REPO / "tools" / "preloaded_kernel.py")
+tool = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(tool)
+
+PROBE = ("import os, sys, json; print(json.dumps(dict(pid=os.getpid(), numpy='numpy' in sys.modules, "
+         "threads=__import__('torch').get_num_threads(), "
+         "cwd=os.getcwd(), path0=sys.path[0], argv0=sys.argv[0], "
+         "preset=os.environ.get('COREINV_PRESET'), other=os.environ.get('CONTROL_SETTING'))))")
+
+
+@pytest.fixture(scope="module")
+def server():
+    env = {k: v for k, v in os.environ.items() if k != "CONTROL_SETTING"}
+    s = tool.Server(["numpy", "torch"], env=env)          # packages ipykernel itself does not import
+    yield s
+    s.stop()
+
+
+def unix_sockets() -> dict:
+    "A KernelManager's settings for sockets of its own (no TCP port another pytest process could take)."
+    return dict(transport="ipc", ip=f"{tempfile.gettempdir()}/coreinv-test-{uuid.uuid4().hex}")
+
+
+def start(server, cwd, **extra):
+    "A kernel started by jupyter_client, as nbval starts one, in the server's environment and `extra`."
+    km = KernelManager(kernel_name=tool.KERNEL_NAME, **unix_sockets(),
+                       kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(server.folder / "kernels")]))
+    km.start_kernel(cwd=str(cwd), env={**server.env, **extra})
+    kc = km.client()
+    kc.start_channels()
+    kc.wait_for_ready(timeout=120)
+    return km, kc
+
+
+def run(kc, code, timeout=60):
+    "The text the cell printed, and its reply's content."
+    out = []
+    reply = kc.execute_interactive(code, timeout=timeout, output_hook=lambda m: out.append(
+        m["content"].get("text", "")) if m["msg_type"] == "stream" else None)
+    return "".join(out), reply["content"]
+
+
+def probe(kc):
+    "What the kernel says of itself (`PROBE`)."
+    text, content = run(kc, PROBE)
+    assert content["status"] == "ok", content
+    return json.loads(text)
+
+
+def gone(pid, within=15.0) -> bool:
+    "Whether the process `pid` has ended within `within` seconds."
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_forked_kernel_runs_as_a_plain_one_would(server, tmp_path):
+    # the control: a kernel whose environment differs from the server's in a name not in MAY_DIFFER is plain
+    km0, kc0 = start(server, tmp_path, CONTROL_SETTING="x")
+    km, kc = start(server, tmp_path, COREINV_PRESET="set-after-the-server-started")
+    km2, kc2 = start(server, tmp_path)
+    try:
+        plain, forked = probe(kc0), probe(kc)
+        assert not plain["numpy"] and plain["other"] == "x"
+        assert plain["pid"] == km0.provisioner.process.pid  # the launcher became the kernel
+        assert forked["numpy"], "not forked from the server: numpy was not preloaded"
+        assert forked["pid"] != km.provisioner.process.pid  # the launcher is not the kernel
+        assert forked["preset"] == "set-after-the-server-started" and forked["other"] is None
+        for key in ("cwd", "path0", "argv0", "threads"):     # as `python -m ipykernel_launcher` in that folder
+            assert forked[key] == plain[key], key
+        assert forked["cwd"] == str(tmp_path)
+        # the global generators are seeded afresh in each kernel, as in fresh interpreters
+        draw = "import numpy, torch; print(numpy.random.randint(2**62), torch.randint(2**62, ()).item())"
+        draws = [run(c, draw)[0].split() for c in (kc, kc2)]
+        assert probe(kc2)["numpy"] and all(a != b for a, b in zip(*draws)), draws
+    finally:
+        for c, m in ((kc0, km0), (kc, km), (kc2, km2)):
+            c.stop_channels()
+            m.shutdown_kernel(now=True)
+
+
+def test_interrupt_shutdown_and_kill_reach_the_kernel(server, tmp_path):
+    km, kc = start(server, tmp_path)
+    pid = probe(kc)["pid"]
+    msg_id = kc.execute("import time; time.sleep(60)")
+    time.sleep(1.0)
+    t = time.monotonic()
+    km.interrupt_kernel()
+    reply = kc.get_shell_msg(timeout=30)
+    assert reply["parent_header"]["msg_id"] == msg_id and reply["content"]["ename"] == "KeyboardInterrupt"
+    assert time.monotonic() - t < 20
+    assert probe(kc)["pid"] == pid                         # the kernel lives on after the interrupt
+    kc.stop_channels()
+    km.shutdown_kernel()                                    # asked to end, it ends with its launcher
+    assert gone(pid) and not km.is_alive()
+
+    km, kc = start(server, tmp_path)
+    pid = probe(kc)["pid"]
+    kc.stop_channels()
+    km.shutdown_kernel(now=True)                            # SIGKILL to the launcher: its kernel ends too
+    assert gone(pid)
+
+
+def test_the_environment_rules():
+    before, after = {"A": "1", "PATH": "/bin"}, {"A": "1", "PATH": "/bin", "SET_BY_IMPORT": "v"}
+    assert tool.refusal({"A": "1", "PATH": "/bin"}, before, after) is None
+    assert tool.refusal({"A": "1", "PATH": "/bin", "SET_BY_IMPORT": "v", "COREINV_X": "y", "MPLBACKEND": "agg"},
+                        before, after) is None
+    assert "A" in tool.refusal({"A": "2", "PATH": "/bin"}, before, after)
+    assert "PATH" in tool.refusal({"A": "1"}, before, after)
+    assert "SET_BY_IMPORT" in tool.refusal({"A": "1", "PATH": "/bin", "SET_BY_IMPORT": "w"}, before, after)
+    # what the imports set is set in the kernel too, unless the kernel had its own value
+    assert tool.kernel_environment({"A": "1", "PATH": "/bin"}, before, after)["SET_BY_IMPORT"] == "v"
+    assert tool.kernel_environment({"A": "1", "PATH": "/bin", "COREINV_X": "y"}, before, after) == \
+        {"A": "1", "PATH": "/bin", "COREINV_X": "y", "SET_BY_IMPORT": "v"}
+
+
+def test_without_a_server_the_kernel_is_plain(tmp_path):
+    s = tool.Server(["numpy"])
+    env = dict(s.env)
+    s.stop()                                               # its socket is gone
+    tool.write_kernel_spec(tmp_path / "kernels")
+    km = KernelManager(kernel_name=tool.KERNEL_NAME, **unix_sockets(),
+                       kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(tmp_path / "kernels")]))
+    km.start_kernel(cwd=str(tmp_path), env=env)
+    kc = km.client()
+    kc.start_channels()
+    kc.wait_for_ready(timeout=120)
+    try:
+        seen = probe(kc)
+        assert not seen["numpy"] and seen["pid"] == km.provisioner.process.pid
+        assert seen["argv0"].endswith("ipykernel_launcher.py")
+    finally:
+        kc.stop_channels(); km.shutdown_kernel(now=True)
+
+
+# Start a kernel told to listen on a TCP port that a zmq PUB socket holds (as when another pytest process's kernel
+# took it), and wait for it as nbval does; print what `wait_for_ready` did. The client's requests go to the PUB
+# socket: after its first send the next one blocks for as long as the kernel process lives, so a kernel that
+# failed must also end. Run in a process of its own: a client blocked in a send would block its zmq context's end.
+TAKEN_PORT = """import json, sys, zmq
+from jupyter_client import KernelManager
+from jupyter_client.kernelspec import KernelSpecManager
+kernel_name, kernel_dirs = json.loads(sys.argv[1])
+ctx = zmq.Context()
+pub = ctx.socket(zmq.PUB)
+km = KernelManager(kernel_name=kernel_name, cache_ports=False, kernel_spec_manager=KernelSpecManager(kernel_dirs=kernel_dirs))
+km.shell_port = pub.bind_to_random_port("tcp://127.0.0.1")
+km.start_kernel()
+kc = km.client()
+kc.start_channels()
+try:
+    kc.wait_for_ready(timeout=60)
+    print("ready")
+except RuntimeError as e:
+    print(e)
+"""
+
+
+def start_on_a_taken_port(kernel_name, kernel_dirs, env, cwd) -> str:
+    "What a client says of a kernel whose port another socket holds: 'hung' if it says nothing in 90 s."
+    try:
+        r = subprocess.run([sys.executable, "-c", TAKEN_PORT, json.dumps([kernel_name, kernel_dirs])], cwd=cwd,
+                           env=env, capture_output=True, text=True, timeout=90)
+    except subprocess.TimeoutExpired:
+        return "hung"
+    return r.stdout.strip() or r.stderr[-2000:]
+
+
+def test_a_kernel_that_cannot_start_ends_at_once_and_says_why(tmp_path):
+    log = tmp_path / "server-stderr.txt"
+    with open(log, "w") as f:
+        s = tool.Server(["numpy", "torch"], stderr=f)
+    try:
+        km, kc = start(s, tmp_path)                       # the server has imported: a fork is quick, as in nbval
+        kc.stop_channels(); km.shutdown_kernel(now=True)
+        forked = start_on_a_taken_port(tool.KERNEL_NAME, [str(s.folder / "kernels")], s.env, tmp_path)
+    finally:
+        s.stop()
+    # the control: a plain kernel, which ends as soon as its bind fails
+    plain = start_on_a_taken_port("python3", [], dict(os.environ), tmp_path)
+    assert forked == plain == "Kernel died before replying to kernel_info", (forked, plain)
+    said = log.read_text()
+    assert "preloaded_kernel: kernel" in said and "Address already in use" in said, said[-2000:]
+
+
+def test_nbval_kernels_listen_on_unix_sockets(tmp_path):
+    import nbval.kernel
+    km, kc = nbval.kernel.start_new_kernel(kernel_name="python3", cwd=str(tmp_path))   # what nbval runs
+    try:
+        assert km.transport == "ipc" and type(km).__name__ == "UnixSocketKernelManager"
+        assert len(list(Path(km.ip).parent.glob(Path(km.ip).name + "-*"))) == 5   # its five sockets
+        text, content = run(kc, "import os; print(os.getcwd())")
+        assert content["status"] == "ok" and text.strip() == str(tmp_path)
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    assert not list(Path(km.ip).parent.glob(Path(km.ip).name + "-*"))               # removed with the kernel
