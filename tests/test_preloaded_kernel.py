@@ -31,9 +31,13 @@ PROBE = ("import os, sys, json; print(json.dumps(dict(pid=os.getpid(), numpy='nu
 
 
 @pytest.fixture(scope="module")
-def server():
+def server(tmp_path_factory):
+    "A server that has imported packages ipykernel itself does not import; what it writes is in `server.said`."
     env = {k: v for k, v in os.environ.items() if k != "CONTROL_SETTING"}
-    s = tool.Server(["numpy", "torch"], env=env)          # packages ipykernel itself does not import
+    said = tmp_path_factory.mktemp("server") / "stderr.txt"
+    with open(said, "w") as f:
+        s = tool.Server(["numpy", "torch"], env=env, stderr=f)
+    s.said = said
     yield s
     s.stop()
 
@@ -194,20 +198,14 @@ def start_on_a_taken_port(kernel_name, kernel_dirs, env, cwd) -> str:
     return r.stdout.strip() or r.stderr[-2000:]
 
 
-def test_a_kernel_that_cannot_start_ends_at_once_and_says_why(tmp_path):
-    log = tmp_path / "server-stderr.txt"
-    with open(log, "w") as f:
-        s = tool.Server(["numpy", "torch"], stderr=f)
-    try:
-        km, kc = start(s, tmp_path)                       # the server has imported: a fork is quick, as in nbval
-        kc.stop_channels(); km.shutdown_kernel(now=True)
-        forked = start_on_a_taken_port(tool.KERNEL_NAME, [str(s.folder / "kernels")], s.env, tmp_path)
-    finally:
-        s.stop()
+def test_a_kernel_that_cannot_start_ends_at_once_and_says_why(server, tmp_path):
+    km, kc = start(server, tmp_path)                      # the server has imported: a fork is quick, as in nbval
+    kc.stop_channels(); km.shutdown_kernel(now=True)
+    forked = start_on_a_taken_port(tool.KERNEL_NAME, [str(server.folder / "kernels")], server.env, tmp_path)
     # the control: a plain kernel, which ends as soon as its bind fails
     plain = start_on_a_taken_port("python3", [], dict(os.environ), tmp_path)
     assert forked == plain == "Kernel died before replying to kernel_info", (forked, plain)
-    said = log.read_text()
+    said = server.said.read_text()
     assert "preloaded_kernel: kernel" in said and "Address already in use" in said, said[-2000:]
 
 

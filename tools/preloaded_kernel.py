@@ -154,7 +154,7 @@ def serve(path: str, modules: list[str]) -> tuple[socket.socket, dict, list[int]
     after = dict(os.environ)
     sys.stdout.flush(); sys.stderr.flush()
     while True:
-        ready, _, _ = select.select([listener, sys.stdin], [], [], 5.0)
+        ready, _, _ = select.select([listener, sys.stdin], [], [], 0.5)   # reaps ended kernels twice a second
         _reap()
         if sys.stdin in ready and not os.read(sys.stdin.fileno(), 4096):
             listener.close()                                # whoever started the server has ended
