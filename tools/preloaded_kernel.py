@@ -233,20 +233,22 @@ def become_kernel(conn: socket.socket, request: dict, fds: list[int]) -> None:
     except BaseException:
         os.write(server_stderr, f"preloaded_kernel: kernel {os.getpid()} ({' '.join(request['argv'])}) failed:\n"
                                 f"{traceback.format_exc()}".encode())
-    _exit(code)
+    _exit(code, grace=5.0 if code == 0 else 0.0)
 
 
-def _exit(code: int, grace: float = 5.0) -> None:
+def _exit(code: int, grace: float) -> None:
     """Exit now, with `code`, after the exit handlers (ipykernel's) have had `grace` seconds.
 
-    A kernel that fails to start must end at once: its client checks, once a second, that the process lives,
-    and meanwhile sends again; a send to a socket of the wrong kind (the kernel's port taken by another kernel's
-    PUB socket) blocks for good. After a failed start, ipykernel's `atexit` handler took seconds to close zmq here."""
+    A kernel that failed ends at once, without them: its client checks once a second that the process lives,
+    and meanwhile sends again, and a send to a socket of the wrong kind (the kernel's port held by another
+    kernel's PUB socket) blocks for good. Ending as Python does (exit handlers, then teardown) took over a
+    second here after a failed start, and once never finished (stuck in zmq's `Context.term`)."""
     import atexit
     import threading
-    closing = threading.Thread(target=atexit._run_exitfuncs, daemon=True)
-    closing.start()
-    closing.join(grace)
+    if grace > 0:
+        closing = threading.Thread(target=atexit._run_exitfuncs, daemon=True)
+        closing.start()
+        closing.join(grace)
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
