@@ -77,7 +77,7 @@ class UnixSocketKernelManager(KernelManager):
     them a moment later. With several pytest processes starting kernels at once, another kernel can take one of
     those ports in between. The kernel then fails to start, and its client, connected to a socket of another
     kind (a PUB, say), blocks in a send for good if the kernel is slow to end: the test run hangs instead of
-    failing (tests/test_preloaded_kernel.py shows it). A socket path named by a fresh UUID cannot be taken:
+    failing (see tests/test_preloaded_kernel.py). A socket path named by a fresh UUID cannot be taken:
     nbval's kernels (all of this session's) use this manager.
     """
     folder: Path | None = None   # one per pytest process, made at configure time and removed at its end
