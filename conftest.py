@@ -18,20 +18,21 @@ Kernels: nbval's kernels are forked from a server that has imported PyTorch and 
 once per pytest process (`tools/preloaded_kernel.py`: 5-8 s less per notebook that uses them). A
 kernel whose environment differs from the server's where an import could have read it is started plain;
 `COREINV_PRELOADED_KERNELS=0` starts every kernel plain. The book's builds start plain kernels. Either
-way a kernel listens on Unix sockets of its own, not on TCP ports (`UnixSocketKernelManager`).
+way a kernel listens on Unix sockets of its own, not on TCP ports (`_ext/coreinv_kernels.py`, as in the
+book's builds).
 """
 import copy
 import importlib.util
 import os
-import shutil
-import tempfile
-import uuid
+import sys
 from pathlib import Path
 
 import pytest
-from jupyter_client.manager import KernelManager
 
 from coreinv.presets import is_gpu_cell
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "_ext"))
+from coreinv_kernels import UnixSocketKernelManager  # noqa: E402  every kernel on Unix sockets of its own
 
 CHAPTERS = Path(__file__).resolve().parent / "nbs" / "chapters"
 INLINE_BACKEND = "module://matplotlib_inline.backend_inline"  # as _ext/coreinv_book.py
@@ -70,29 +71,10 @@ class ChapterRun:
         self.reported, self.failed = set(), []
 
 
-class UnixSocketKernelManager(KernelManager):
-    """A KernelManager whose kernel listens on Unix sockets of its own (transport `ipc`), not on TCP ports.
-
-    Over TCP, jupyter_client picks a kernel's five ports by binding port 0 and letting go, and the kernel binds
-    them a moment later. With several pytest processes starting kernels at once, another kernel can take one of
-    those ports in between. The kernel then fails to start, and its client, connected to a socket of another
-    kind (a PUB, say), blocks in a send for good if the kernel is slow to end: the test run hangs instead of
-    failing (see tests/test_preloaded_kernel.py). A socket path named by a fresh UUID cannot be taken:
-    nbval's kernels (all of this session's) use this manager.
-    """
-    folder: Path | None = None   # one per pytest process, made at configure time and removed at its end
-
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.transport = "ipc"
-        self.ip = str(self.folder / uuid.uuid4().hex)   # its sockets are the files `<ip>-1` ... `<ip>-5`
-
-
 def pytest_configure(config):
     config.coreinv_chapter_runs = {}
     config.coreinv_kernel_server = None
     import nbval.kernel
-    UnixSocketKernelManager.folder = Path(tempfile.mkdtemp(prefix="coreinv-kernels-"))  # short: ~100 bytes a path
     nbval.kernel.KernelManager = UnixSocketKernelManager   # what nbval.kernel.start_new_kernel builds
 
 
@@ -110,11 +92,6 @@ def start_kernel_server(config) -> None:
     config.option.nbval_current_env = False
     config.option.nbval_kernel_name = tool.KERNEL_NAME
     config.coreinv_kernel_server = server
-
-
-def pytest_unconfigure(config):
-    if UnixSocketKernelManager.folder is not None:
-        shutil.rmtree(UnixSocketKernelManager.folder, ignore_errors=True)
 
 
 FILE_SECONDS: dict[str, float] = {}  # test file (nbval: notebook) → seconds of its setup, call and teardown

@@ -27,7 +27,8 @@ its public functions; nothing else re-implements them.
    another. Before Sphinx reads, this extension executes the notebooks about to be read that the
    cache does not hold, `book_workers()` at a time (default: one per CPU core), each exactly as
    myst-nb would (jupyter-cache's `single_nb_execution`, in the notebook's folder, same kernel
-   environment), and caches them; myst-nb then reads them from the cache. Results do not depend on
+   environment; each kernel on Unix sockets of its own, `coreinv_kernels.py`, since two kernels that
+   start side by side over TCP can take each other's ports), and caches them; myst-nb then reads them from the cache. Results do not depend on
    it: every kernel runs on one thread (`OMP_NUM_THREADS=1` in `KERNEL_ENV`, set in `setup`; the
    chapters also pin PyTorch to one). A notebook that fails is not cached,
    so myst-nb executes it again when it reads it and reports the error as always.
@@ -48,6 +49,7 @@ from sphinx.util.docutils import SphinxDirective
 
 from coreinv.presets import is_gpu_cell
 from coreinv.runtime import has_gpu
+from coreinv_kernels import AsyncUnixSocketKernelManager
 
 LOGGER = logging.getLogger(__name__)
 SKIP_TAG = "skip-execution"  # nbclient's default `skip_cells_with_tag`
@@ -347,7 +349,8 @@ def book_workers() -> int:
 def _execute(path: Path, nb: nbformat.NotebookNode, config):
     from jupyter_cache.executors.utils import single_nb_execution
     return single_nb_execution(nb, cwd=str(path.parent), timeout=config.execution_timeout,
-                               allow_errors=config.execution_allow_errors, meta_override=True)
+                               allow_errors=config.execution_allow_errors, meta_override=True,
+                               kernel_manager_class=AsyncUnixSocketKernelManager)  # side by side: no TCP ports
 
 
 def _execute_side_by_side(app, env, docnames) -> None:

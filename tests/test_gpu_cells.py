@@ -17,6 +17,8 @@ CELLS = [("markdown", "# GPU demo", ()),
 @pytest.fixture
 def demo(tmp_path):
     shutil.copy(REPO / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "_ext").mkdir()
+    shutil.copy(REPO / "_ext" / "coreinv_kernels.py", tmp_path / "_ext")   # conftest's kernel managers
     make_notebook(tmp_path / "demo.ipynb", CELLS)
     return tmp_path
 

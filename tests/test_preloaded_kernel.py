@@ -3,7 +3,7 @@ the heavy packages, each runs as a fresh `python -m ipykernel_launcher` would, i
 and folder; jupyter_client's interrupt, shutdown and kill reach it; and where the environment differs from
 the server's in a variable an import could have read, the kernel is started plain (the negative control of
 each check that a kernel was forked: the same probe in a plain kernel). A kernel that fails to start ends
-and says why; nbval's kernels listen on Unix sockets, not TCP ports (conftest.UnixSocketKernelManager)."""
+and says why; nbval's kernels, and the book's executor's, listen on Unix sockets, not TCP ports (_ext/coreinv_kernels.py)."""
 import importlib.util
 import json
 import os
@@ -206,3 +206,23 @@ def test_nbval_kernels_listen_on_unix_sockets(tmp_path):
         kc.stop_channels()
         km.shutdown_kernel(now=True)
     assert not list(Path(km.ip).parent.glob(Path(km.ip).name + "-*"))               # removed with the kernel
+
+
+TRANSPORT = "import json, ipykernel.connect as c; print(json.loads(c.get_connection_info())['transport'])"
+
+
+def test_the_books_kernels_listen_on_unix_sockets(tmp_path):
+    """The book's executor (`make book`: two kernels start side by side) starts its kernels on Unix sockets;
+    the negative control, the same notebook under nbclient's own kernel manager, runs over TCP."""
+    import nbformat
+    from nbclient import NotebookClient
+    sys.path.insert(0, str(REPO / "_ext"))
+    from types import SimpleNamespace
+    from coreinv_book import _execute
+    book = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(TRANSPORT)])
+    control = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(TRANSPORT)])
+    result = _execute(tmp_path / "page.ipynb", book,
+                      SimpleNamespace(execution_timeout=120, execution_allow_errors=False))
+    NotebookClient(control, timeout=120, kernel_name="python3").execute()
+    assert result.err is None
+    assert [nb.cells[0].outputs[0]["text"].strip() for nb in (book, control)] == ["ipc", "tcp"]

@@ -42,6 +42,7 @@ import nbformat
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "_ext"))  # the book's extension: the home of the shared notebook rules
 from coreinv_book import KERNEL_ENV, SKIP_TAG, WORKERS_ENV, coalesce_streams, mark_gpu_cells  # noqa: E402
+from coreinv_kernels import AsyncUnixSocketKernelManager  # noqa: E402
 
 from coreinv.presets import is_gpu_cell  # noqa: E402
 
@@ -129,7 +130,7 @@ def run(path: Path, timeout: int = 3600) -> None:
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
     os.environ.update(KERNEL_ENV)  # the kernel inherits it: figures go into the notebook, one thread, as in the book
-    NotebookClient(nb, timeout=timeout, kernel_name="python3",
+    NotebookClient(nb, timeout=timeout, kernel_name="python3", kernel_manager_class=AsyncUnixSocketKernelManager,
                    resources={"metadata": {"path": str(path.parent)}}).execute()
     for cell in nb.cells:  # the skip tag is the executor's business, not the notebook's
         tags = cell.metadata.get("tags", [])
