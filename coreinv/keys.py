@@ -12,6 +12,7 @@ import importlib
 import importlib.util
 import inspect
 import sys
+import json
 import textwrap
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import Any
 PACKAGE = "coreinv"
 
 # %% auto #0
-__all__ = ['PACKAGE', 'digest', 'syntax_hash', 'imported_modules', 'import_closure', 'code_key', 'function_key']
+__all__ = ['PACKAGE', 'digest', 'syntax_hash', 'imported_modules', 'import_closure', 'code_key', 'notebook_code', 'function_key']
 
 # %% ../nbs/03_keys.ipynb #b7a8265f
 def _feed(h, x: Any) -> None:
@@ -127,8 +128,7 @@ def _import_statements(source: str) -> tuple[tuple[str, str, int, tuple[str, ...
     with the attributes read off the name's alias when it is the package (`c.X` after `import coreinv as c`),
     and `("from", module, level, names)`. A function of the text alone, so kept per text: a module's source
     is parsed once per process however many keys read it (the file system is asked afresh each time)."""
-    lines = [l for l in source.splitlines() if not l.lstrip().startswith(("%", "!"))]
-    tree = ast.parse("\n".join(lines))
+    tree = ast.parse(source)
     nodes = list(ast.walk(tree))
     skipped = {id(n) for t in nodes if isinstance(t, ast.If) and _is_type_checking(t) for n in ast.walk(t)}
     attrs_of: dict[str, set[str]] = {}                                     # `c.X` in the whole source, by `c`
@@ -155,8 +155,7 @@ def imported_modules(source: str, module: str | None = None) -> set[str]:
     Parameters
     ----------
     source : str
-        Python source (a module, or a notebook's code cells joined; lines starting with `%` or `!` are
-        ignored).
+        Python source: a module, or a notebook's code as the kernel runs it (`notebook_code`).
     module : str, optional
         The dotted name of the module `source` is, to resolve relative imports (`from .ace import ACE`).
 
@@ -252,6 +251,30 @@ def code_key(modules: Iterable[str], skip: Callable[[str, ast.stmt], bool] | Non
 def _module_hash(source: str) -> str:
     "`syntax_hash(source)`, kept per text: the chapters' keys share most modules, and each is parsed once per process."
     return syntax_hash(source)
+
+# %% ../nbs/03_keys.ipynb #e934a07e
+def notebook_code(path: str | Path) -> str:
+    """The Python a notebook's code cells run, joined: each cell read as IPython reads it.
+
+    A line magic or shell escape (`%matplotlib inline`, `!ls`) becomes the call the kernel makes, and a
+    `%` that continues an expression stays the operator it is. Code that a magic runs (`%time import x`)
+    is inside a string and is not read.
+
+    Parameters
+    ----------
+    path : str or Path
+        An `.ipynb` file.
+
+    Returns
+    -------
+    str
+        Python source, for `imported_modules`.
+    """
+    from IPython.core.inputtransformer2 import TransformerManager   # IPython's own reading of a cell
+    with open(path, encoding="utf-8") as f:
+        cells = json.load(f)["cells"]
+    read = TransformerManager().transform_cell
+    return "\n".join(read("".join(c["source"])) for c in cells if c["cell_type"] == "code")
 
 # %% ../nbs/03_keys.ipynb #72b388c2
 def _top_level(fn: Any) -> Any:

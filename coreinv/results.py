@@ -18,7 +18,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from .keys import code_key, digest, imported_modules
+from .keys import code_key, digest, imported_modules, notebook_code
 from .presets import preset_name
 from .runtime import device
 
@@ -342,9 +342,7 @@ def _library(chapter: str | None) -> str:
         modules = sorted(".".join(("coreinv", *f.relative_to(pkg).with_suffix("").parts)).removesuffix(".__init__")
                          for f in pkg.rglob("*.py") if "__pycache__" not in f.parts)
         return code_key(modules)
-    cells = json.loads(nb.read_text(encoding="utf-8"))["cells"]
-    source = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
-    return code_key(imported_modules(source))
+    return code_key(imported_modules(notebook_code(nb)))
 
 
 def provenance(chapter: str | None = None) -> dict[str, str]:
