@@ -27,11 +27,12 @@ its public functions; nothing else re-implements them.
    another. Before Sphinx reads, this extension executes the notebooks about to be read that the
    cache does not hold, `book_workers()` at a time (default: one per CPU core), each exactly as
    myst-nb would (jupyter-cache's `single_nb_execution`, in the notebook's folder, same kernel
-   environment; each kernel on Unix sockets of its own, `coreinv_kernels.py`, since two kernels that
-   start side by side over TCP can take each other's ports), and caches them; myst-nb then reads them from the cache. Results do not depend on
-   it: every kernel runs on one thread (`OMP_NUM_THREADS=1` in `KERNEL_ENV`, set in `setup`; the
-   chapters also pin PyTorch to one). A notebook that fails is not cached,
-   so myst-nb executes it again when it reads it and reports the error as always.
+   environment; each kernel on Unix sockets of its own, `coreinv_kernels.py`, since two kernels
+   that start side by side over TCP can take each other's ports), and caches them; myst-nb then
+   reads them from the cache. Results do not depend on it: every kernel runs on one thread
+   (`OMP_NUM_THREADS=1` in `KERNEL_ENV`, set in `setup`; the chapters also pin PyTorch to one). A
+   notebook that fails is not cached, so myst-nb executes it again when it reads it and reports the
+   error as always.
 """
 from __future__ import annotations
 
