@@ -113,7 +113,9 @@ def test_a_forked_kernel_runs_as_a_plain_one_would(server, tmp_path):
 def test_interrupt_shutdown_and_kill_reach_the_kernel(server, tmp_path):
     km, kc = start(server, tmp_path)
     pid = probe(kc)["pid"]
-    msg_id = kc.execute("import time; time.sleep(60)")
+    # stop_on_error=False: ipykernel sends the KeyboardInterrupt reply and only then stops aborting the queue,
+    # so with the default a request sent as soon as that reply arrives can come back 'aborted' (CI saw it)
+    msg_id = kc.execute("import time; time.sleep(60)", stop_on_error=False)
     time.sleep(1.0)
     t = time.monotonic()
     km.interrupt_kernel()
