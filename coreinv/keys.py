@@ -22,7 +22,8 @@ from typing import Any
 PACKAGE = "coreinv"
 
 # %% auto #0
-__all__ = ['PACKAGE', 'digest', 'syntax_hash', 'imported_modules', 'import_closure', 'code_key', 'notebook_code', 'function_key']
+__all__ = ['PACKAGE', 'digest', 'syntax_hash', 'imported_modules', 'import_closure', 'code_key', 'code_cells', 'notebook_code',
+           'function_key']
 
 # %% ../nbs/03_keys.ipynb #b7a8265f
 def _feed(h, x: Any) -> None:
@@ -253,6 +254,24 @@ def _module_hash(source: str) -> str:
     return syntax_hash(source)
 
 # %% ../nbs/03_keys.ipynb #e934a07e
+def code_cells(path: str | Path) -> list[str]:
+    """The sources of a notebook's code cells, in order (outputs, metadata and markdown cells left out).
+
+    Parameters
+    ----------
+    path : str or Path
+        An `.ipynb` file.
+
+    Returns
+    -------
+    list of str
+        One text a code cell.
+    """
+    with open(path, encoding="utf-8") as f:
+        cells = json.load(f)["cells"]
+    return ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]   # a list of lines, or one text
+
+
 def notebook_code(path: str | Path) -> str:
     """The Python a notebook's code cells run, joined: each cell read as IPython reads it.
 
@@ -271,10 +290,8 @@ def notebook_code(path: str | Path) -> str:
         Python source, for `imported_modules`.
     """
     from IPython.core.inputtransformer2 import TransformerManager   # IPython's own reading of a cell
-    with open(path, encoding="utf-8") as f:
-        cells = json.load(f)["cells"]
     read = TransformerManager().transform_cell
-    return "\n".join(read("".join(c["source"])) for c in cells if c["cell_type"] == "code")
+    return "\n".join(read(cell) for cell in code_cells(path))
 
 # %% ../nbs/03_keys.ipynb #72b388c2
 def _top_level(fn: Any) -> Any:
@@ -328,6 +345,9 @@ def _unwrap(obj: Any) -> Any:
     except ValueError: return obj                                        # a cycle of __wrapped__
 
 
+_KEYS = f"{PACKAGE}.keys"                                               # named by function_key, not hashed
+
+
 def _ours(obj: Any) -> bool:
     "Is `obj` a function, class or module whose code a key must hash: `coreinv`'s, or the user's (not an installed package's)?"
     obj = getattr(obj, "__func__", obj)                                # a bound method or classmethod
@@ -350,6 +370,8 @@ def function_key(*fns: Callable) -> str:
     modules both count). A lambda or nested function stands for its enclosing function.
     The code of `coreinv` and of the user's own modules is hashed; installed packages (PyTorch,
     TransformerLens) are not followed: their versions are keyed apart (`coreinv.results.provenance`).
+    Nor is this module (`coreinv.keys`): its functions are named, not hashed, because how a key is
+    computed is not what a run computes (an edit here that changes a key does so through the key's value).
 
     Parameters
     ----------
@@ -366,7 +388,7 @@ def function_key(*fns: Callable) -> str:
     while todo:
         fn = _unwrap(todo.pop())
         name = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
-        if not _ours(fn):
+        if not _ours(fn) or getattr(fn, "__module__", None) == _KEYS:
             seen[name] = (name, ""); continue
         fn = _top_level(fn)
         name = f"{fn.__module__}.{fn.__qualname__}"

@@ -18,7 +18,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from .keys import code_key, digest, imported_modules, notebook_code
+from .keys import code_cells, code_key, digest, imported_modules, notebook_code
 from .presets import preset_name
 from .runtime import device
 
@@ -306,10 +306,7 @@ def notebook_hash(path: str | Path) -> str:
     str
         12 hex digits.
     """
-    with open(path, encoding="utf-8") as f:
-        cells = json.load(f)["cells"]
-    return digest(*("".join(c["source"]) if isinstance(c["source"], list) else c["source"]
-                    for c in cells if c["cell_type"] == "code"))
+    return digest(*code_cells(path))
 
 
 def chapter_notebook(chapter: str, source: Path | None = None) -> Path | None:

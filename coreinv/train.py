@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import tempfile
 import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -138,11 +139,17 @@ def _schedule(opt, schedule: str, lr: float, steps: int, pct_start: float):
 
 
 def _save_atomic(obj: Any, path: Path) -> None:
-    "torch.save to a temporary file, then rename: a kill during the write leaves the old file intact."
+    """torch.save to a temporary file of this call's own, then rename: a kill during the write leaves the old
+    file intact, and two processes that save one path at once never write into one temporary file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(prefix=f"{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _model_config(model: torch.nn.Module) -> dict:

@@ -115,6 +115,9 @@ def test_docstring_and_comment_edits_change_no_key(tmp_path, base, keys_of):
     # a table of the agreement language (a dict): the trained LMs and the chapters that use them
     ("tasks/agreement/language.py", '_PLURAL_OVERRIDES = {"thief": "thieves"}', '_PLURAL_OVERRIDES = {"thief": "thiefs"}',
      {"agreement", "sae_gap", "lm"}),
+    # the key code itself, refactored (every key's value kept): the chapters' code keys, which hash every module
+    # they import, but no training run or model (function_key names coreinv.keys, it does not hash it)
+    ("keys.py", "h = hashlib.sha256()", 'h = hashlib.new("sha256")', {"markov", "grokking", "agreement", "sae_gap"}),
     # the training loop: every chapter that trains, every run and model, the package
     ("train.py", 'CHECKPOINT_NAME = "checkpoint.pt"', 'CHECKPOINT_NAME = "ckpt.pt"',
      {"markov", "grokking", "agreement", "sae_gap", "markov run", "grokking run", "lm"}),

@@ -3,6 +3,7 @@ step grid, the global RNG, finished runs, the checkpoint cache's key, the steps 
 where it stops, and threads.
 The weight-space maps (coreinv.merge) are tested in nbs/14_merge.ipynb."""
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -145,3 +146,20 @@ def test_threads_are_set_during_the_run_and_restored():
     assert set(during) == {1} and torch.get_num_threads() == n
     with pytest.raises(ValueError):
         train(small(), copy_batch, copy_loss, threads=0, **KW)
+
+
+def test_a_save_writes_a_temporary_of_its_own_and_a_failed_one_keeps_the_old_file(tmp_path, monkeypatch):
+    """`_save_atomic`: each call writes its own temporary beside the file, then renames it (the control: one
+    shared `<name>.tmp`, which two processes saving one checkpoint at once would both write into); a save
+    that fails part-way leaves the old file as it was and no temporary behind."""
+    import os
+    import coreinv.train as tr
+    path = tmp_path / "a.pt"
+    temps, replace = [], os.replace
+    monkeypatch.setattr(tr.os, "replace", lambda src, dst: (temps.append(Path(src)), replace(src, dst))[1])
+    tr._save_atomic({"x": 1}, path)
+    tr._save_atomic({"x": 2}, path)
+    assert len(set(temps)) == 2 and all(t.parent == tmp_path and t.name.startswith("a.pt.") for t in temps)
+    with pytest.raises(Exception):
+        tr._save_atomic({"f": lambda: 0}, path)                     # a lambda cannot be pickled
+    assert torch.load(path) == {"x": 2} and [p.name for p in tmp_path.iterdir()] == ["a.pt"]
