@@ -316,6 +316,12 @@ def _table(rows) -> nodes.table:
     return table
 
 
+def _machine_words(m: dict) -> str:
+    "A results file's `machine` in words: `AMD EPYC (x86_64, AVX512)`, and the GPU where one computed."
+    words = f"{m.get('cpu', 'an unknown CPU')} ({', '.join(v for v in (m.get('arch'), m.get('cpu_capability')) if v)})"
+    return words + (f" with {m['gpu']}" if m.get("gpu") else "")
+
+
 def _fill_scorecards(app, doctree, docname) -> None:
     from coreinv.results import chapter_summaries, results_for, scorecard_rows
     for node in list(doctree.findall(scorecard_placeholder)):
@@ -333,7 +339,8 @@ def _fill_scorecards(app, doctree, docname) -> None:
                 nodes.Text(f": {s['held']} of {s['total']} claims hold"
                            + (f" ({s['untestable']} not testable)" if s["untestable"] else "") + ". Code "),
                 nodes.literal("", s["code_key"] or "not recorded"),
-                nodes.Text(f", written {s['written'] or '(no date)'}, {s['wall_time_s']:.0f} s.")))
+                nodes.Text(f", written {s['written'] or '(no date)'}, {s['wall_time_s']:.0f} s"
+                           + (f", on {_machine_words(s['machine'])}." if s["machine"] else "."))))
             out.append(_table([r for r in rows if r["chapter"] == s["chapter"]]))
         node.replace_self(out)
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from .keys import code_cells, code_key, digest, imported_modules, notebook_code
 from .presets import preset_name
-from .runtime import device
+from .runtime import device, machine
 
 # %% auto #0
 __all__ = ['RESULTS_ENV', 'CHAPTERS', 'results_root', 'paper_values', 'pilot_record', 'Claim', 'check', 'assert_required',
@@ -434,6 +434,7 @@ def write_results(chapter: str, claims: list[Claim], *, config: dict, seeds: lis
     doc = {"chapter": chapter, "preset": preset, "claims": [asdict(c) for c in claims],
            "config": config, "seeds": list(seeds), "metrics": metrics or {},
            "versions": _versions(), "provenance": provenance(chapter), "device": str(device()),
+           "machine": machine(),
            "wall_time_s": round(float(wall_time_s), 1),
            "written": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -525,7 +526,8 @@ def chapter_summaries(preset: str, root: Path | None = None) -> list[dict[str, A
         With `chapter`, `held`, `total`, `untestable` (claims the run could not test),
         `failed_required` (ids), `code_key`
         (`provenance()["key"]` at writing, None for files written before it was recorded),
-        `written` and `wall_time_s`, in book order.
+        `written`, `wall_time_s` and `machine` (`coreinv.runtime.machine()` at writing, {} before
+        it was recorded), in book order.
     """
     out = []
     for chapter, res in load_results(preset, root).items():
@@ -534,7 +536,7 @@ def chapter_summaries(preset: str, root: Path | None = None) -> list[dict[str, A
                     "untestable": sum(not c.get("testable", True) for c in claims),
                     "failed_required": [c["id"] for c in claims if c["required"] and not c["passed"]],
                     "code_key": res.get("provenance", {}).get("key"), "written": res.get("written"),
-                    "wall_time_s": float(res.get("wall_time_s") or 0.0)})
+                    "wall_time_s": float(res.get("wall_time_s") or 0.0), "machine": res.get("machine", {})})
     return out
 
 

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import platform
 import sys
 from pathlib import Path
 
 import torch
 
 # %% auto #0
-__all__ = ['DEVICE_ENV', 'CACHE_ENV', 'PRELOAD', 'device', 'has_gpu', 'cache_dir', 'worker_context', 'start_worker']
+__all__ = ['DEVICE_ENV', 'CACHE_ENV', 'PRELOAD', 'device', 'has_gpu', 'machine', 'cache_dir', 'worker_context', 'start_worker']
 
 # %% ../nbs/04_runtime.ipynb #dfed8e71
 DEVICE_ENV = "COREINV_DEVICE"
@@ -52,6 +53,29 @@ def has_gpu() -> bool:
         `device().type == 'cuda'`.
     """
     return device().type == "cuda"
+
+# %% ../nbs/04_runtime.ipynb #8afa0a49
+def machine() -> dict[str, str]:
+    """What computes here, beyond the code and the package versions: the CPU, its architecture, the
+    instruction set PyTorch's CPU kernels use, and the GPU when there is one.
+
+    Returns
+    -------
+    dict
+        `cpu` (the model name, from /proc/cpuinfo where there is one, else `platform.processor()`),
+        `arch` (`platform.machine()`), `cpu_capability` (`torch.backends.cpu.get_cpu_capability()`,
+        e.g. `'AVX512'`), and `gpu` (`torch.cuda.get_device_name()`) when CUDA is available.
+    """
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "")
+    except OSError:
+        pass
+    out = {"cpu": cpu or platform.processor() or "unknown", "arch": platform.machine(),
+           "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    if torch.cuda.is_available(): out["gpu"] = torch.cuda.get_device_name()
+    return out
 
 # %% ../nbs/04_runtime.ipynb #7347cd8d
 CACHE_ENV = "COREINV_CACHE"

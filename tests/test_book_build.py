@@ -75,8 +75,11 @@ def test_math_loads_from_the_book_itself(built_book, page):
 
 def test_scorecard_shows_the_code_that_wrote_the_results(built_book):
     src, _ = built_book
-    key = _results(src)["provenance"]["key"]
-    assert key in _page(src, "scorecard").find("main").get_text(" ")
+    res = _results(src)
+    text = _page(src, "scorecard").find("main").get_text(" ")
+    assert res["provenance"]["key"] in text
+    # and the machine: the instruction set PyTorch's CPU kernels used, which a seed's numbers depend on
+    assert res["machine"]["cpu_capability"] and f"{res['machine']['arch']}, {res['machine']['cpu_capability']}" in text
 
 
 def _edit_library(src, notebook: str, module: str) -> None:
