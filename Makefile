@@ -22,9 +22,10 @@ export OMP_NUM_THREADS := 1
 help:
 	@grep -E '^#  ' Makefile
 
-$(STAMP): requirements.txt setup.py settings.ini
+$(STAMP): requirements.txt requirements-nodeps.txt setup.py settings.ini
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements.txt 2>&1 | { grep -v 'is ignored: it is neither' || true; }
+	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps -r requirements-nodeps.txt
 	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e . 2>&1 | { grep -v 'is ignored: it is neither' || true; }
 	touch $(STAMP)
 
@@ -48,7 +49,7 @@ publish: book
 # (pytest-xdist), a file (a notebook) each: by default one more than the cores, since each waits part of the time
 # on its kernels and subprocesses (on 2 cores, one run each: 3 workers 298 s, 2 workers 312 s).
 SLOW_TESTS := nbs/chapters tests/test_chapter_results.py tests/test_book.py tests/test_book_build.py tests/test_browser.py \
-	tests/test_gpu_cells.py
+	tests/test_gpu_cells.py tests/test_pretrained.py
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 test-fast: install
 	COREINV_PRESET=ci $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(addprefix --ignore=,$(SLOW_TESTS))
@@ -57,8 +58,8 @@ test-fast: install
 # executed book), and the rendered book in the browser. With two or more TEST_WORKERS they run as two pytest
 # sessions side by side (tools/side_by_side.py), balanced by their measured seconds (in a fresh clone:
 # grokking 375 + agreement 77; markov 51 + sae_gap 122 + the book builds and browser 222 + the gpu tag 24); each checks its own
-# chapters' claims.
-CHAPTERS_A := nbs/chapters/grokking.ipynb nbs/chapters/agreement.ipynb tests/test_chapter_results.py
+# chapters' claims. test_pretrained (both packaged LMs against transformers' own GGUF load) joins the first.
+CHAPTERS_A := nbs/chapters/grokking.ipynb nbs/chapters/agreement.ipynb tests/test_chapter_results.py tests/test_pretrained.py
 CHAPTERS_B := nbs/chapters/markov.ipynb nbs/chapters/sae_gap.ipynb tests/test_chapter_results.py \
 	tests/test_book.py tests/test_book_build.py tests/test_browser.py tests/test_gpu_cells.py
 test: test-fast

@@ -30,6 +30,7 @@ _EXPORTS = {
     "spectra": ["spectral_distance", "split_half_curve", "SplitHalfCurve", "invariance_residual",
                 "InvarianceResidual", "henrici", "eigvec_condition", "leading_modes", "mode_pca_angles"],
     "models": ["load_local"],
+    "pretrained": ["pretrained"],
     "sae": ["SparseAutoencoder", "SAE", "sae_metrics", "ce_loss_recovered"],
 }
 _WHERE = {name: mod for mod, names in _EXPORTS.items() for name in names}     # name → module
@@ -48,6 +49,7 @@ if TYPE_CHECKING:                                 # for IDEs and type checkers; 
     from .koopman import EDMDc
     from .merge import core_aligned_rotation, fold_layernorm, interpolate, rotate_residual
     from .models import load_local
+    from .pretrained import pretrained
     from .sae import SAE, SparseAutoencoder, ce_loss_recovered, sae_metrics
     from .spectra import (InvarianceResidual, SplitHalfCurve, eigvec_condition, henrici, invariance_residual,
                           leading_modes, mode_pca_angles, spectral_distance, split_half_curve)
@@ -70,15 +72,17 @@ def __dir__():
     return sorted({"__version__", *_WHERE} | subs)
 
 
-class _Package(types.ModuleType):
-    "coreinv's module class: `ablate` stays the function after the submodule `coreinv.ablate` is imported."
-    @property
-    def ablate(self):
-        return importlib.import_module(".ablate", __name__).ablate
+def _function_not_module(name: str) -> property:
+    "The package attribute `name`: always the function `name` of the module `name`, never that module."
+    def function(self): return getattr(importlib.import_module(f".{name}", __name__), name)
+    def keep(self, value): pass                   # the import system binds the submodule here: keep the function
+    return property(function, keep, doc=f"The function `coreinv.{name}.{name}`.")
 
-    @ablate.setter
-    def ablate(self, value):
-        pass                                      # the import system binds the submodule here: keep the function
+
+class _Package(types.ModuleType):
+    "coreinv's module class: `ablate` and `pretrained` stay functions after their submodules are imported."
+    ablate = _function_not_module("ablate")
+    pretrained = _function_not_module("pretrained")
 
 
 if __name__ != "__main__":                        # not when this notebook runs the cell

@@ -8,6 +8,8 @@ from __future__ import annotations
 import contextlib
 import json
 import tempfile
+import types
+import warnings
 from pathlib import Path
 
 import torch
@@ -30,7 +32,7 @@ def _checked_folder(path) -> tuple[Path, dict]:
     folder = Path(path).expanduser()
     if not folder.is_dir():
         raise ValueError(f"{str(folder)!r} is not a folder: load_local expects a folder written by a "
-                         f"transformers model's save_pretrained")
+                         f"transformers model's save_pretrained, or a .gguf file")
     missing = []
     if not (folder / CONFIG_FILE).is_file(): missing.append(CONFIG_FILE)
     if not any((folder / f).is_file() for f in WEIGHT_FILES):
@@ -220,6 +222,33 @@ def _resid_mid_on_the_stream(bridge: nn.Module) -> nn.Module:
     return bridge
 
 
+def _update_kv_cache(self, k: torch.Tensor, v: torch.Tensor, **kwargs):
+    "An attention bridge's KV-cache update that also finds the cache under transformers 5's name, `cache`."
+    if kwargs.get("past_key_values") is None and kwargs.get("cache") is not None:
+        kwargs = {**kwargs, "past_key_values": kwargs["cache"]}
+    return type(self)._update_kv_cache(self, k, v, **kwargs)              # [batch, heads, pos, d_head] each
+
+
+def _generate(self, *args, **kwargs):
+    "The bridge's `generate`, without transformers' notices that TransformerLens passes the cache by its old name."
+    with warnings.catch_warnings(), _quiet_transformers():
+        warnings.filterwarnings("ignore", message="`past_key_values` is deprecated", category=FutureWarning)
+        return type(self).generate(self, *args, **kwargs)
+
+
+def _kv_cache_under_its_new_name(bridge: nn.Module) -> nn.Module:
+    """Let every attention bridge update the KV cache that transformers 5 passes as `cache`.
+
+    TransformerLens 3.9's attention bridges look for the cache under `past_key_values` (or `layer_past`);
+    transformers 5.24 renames it `cache` before it reaches attention, so the cache stayed empty and
+    `generate` (KV cache on by default) attended to each new token alone."""
+    for module in bridge.modules():
+        if callable(getattr(type(module), "_update_kv_cache", None)):
+            module._update_kv_cache = types.MethodType(_update_kv_cache, module)   # deepcopy-safe
+    bridge.generate = types.MethodType(_generate, bridge)
+    return bridge
+
+
 def _load_bridge(folder: Path, dev: torch.device, dtype: torch.dtype):
     from transformer_lens.model_bridge import TransformerBridge
     tok = _tokenizer(folder)
@@ -233,7 +262,7 @@ def _load_bridge(folder: Path, dev: torch.device, dtype: torch.dtype):
         except (ValueError, KeyError, NotImplementedError) as e:
             raise ValueError(f"TransformerBridge cannot load {str(folder)!r}: {e}") from e
     if tok is None: _no_text(bridge, folder)
-    return _resid_mid_on_the_stream(bridge)
+    return _kv_cache_under_its_new_name(_resid_mid_on_the_stream(bridge))
 
 
 def _load_hooked(folder: Path, config: dict, dev: torch.device, dtype: torch.dtype):
@@ -284,7 +313,8 @@ def load_local(path, *, route: str = "bridge", device: str | torch.device | None
         A folder holding ``config.json`` and the weights (``model.safetensors``, ``pytorch_model.bin``
         or a sharded index), as written by ``model.save_pretrained(path)``. A tokenizer saved there too
         is attached to the model; without one the model runs on token ids (``model.tokenizer`` is
-        None, and ``to_tokens`` raises a ``ValueError`` that says so).
+        None, and ``to_tokens`` raises a ``ValueError`` that says so). Or a ``.gguf`` file: it is
+        dequantised to float32 once and kept in the model cache (`coreinv.pretrained.gguf_folder`).
     route : {"bridge", "hooked"}
         ``"bridge"``: a ``TransformerBridge`` around the ``transformers`` model itself (any architecture
         TransformerLens's bridge knows). ``"hooked"``: the weights converted into a ``HookedTransformer``
@@ -312,6 +342,9 @@ def load_local(path, *, route: str = "bridge", device: str | torch.device | None
     """
     if route not in ROUTES:
         raise ValueError(f"route must be one of {ROUTES}, got {route!r}")
+    if str(path).endswith(".gguf"):
+        from .pretrained import gguf_folder                     # imports this module: import it here
+        path = gguf_folder(path)
     folder, config = _checked_folder(path)
     dev = _device(None if device is None else str(device))
     with _quiet_transformers():

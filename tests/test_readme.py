@@ -1,4 +1,4 @@
-"The README's 'Use coreinv on your model' section runs as written, on a small model saved locally."
+"The README's 'Use coreinv on your model' section runs as written, on the packaged SmolLM2-135M."
 import os
 import re
 from pathlib import Path
@@ -6,8 +6,6 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np
-
-from coreinv.models import tiny_local_model
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 HEADING = "## Use coreinv on your model"
@@ -24,12 +22,12 @@ def _section_code() -> str:
 
 def test_readme_your_model_section_runs(tmp_path, monkeypatch):
     code = _section_code()
-    assert '"path/to/my-model"' in code
-    folder = tiny_local_model("llama", tmp_path / "my-model", n_layers=2)   # stands in for yours
+    assert 'pretrained("smollm2-135m")' in code and 'load_local("path/to/my-model")' in code
     monkeypatch.chdir(tmp_path)
     ns = {"__name__": "__readme__"}
-    exec(compile(code.replace('"path/to/my-model"', repr(str(folder))), str(README), "exec"), ns)
-    dims, edmd, ace = ns["dims"], ns["edmd"], ns["ace"]
+    exec(compile(code, str(README), "exec"), ns)
+    dims, edmd, ace, tokens = ns["dims"], ns["edmd"], ns["ace"], ns["tokens"]
+    assert tokens.shape == (64, 13) and (tokens[:, 0] == tokens[0, 0]).all()     # samples from one first token
     assert ace.rank_ >= 16 and dims.ks == [1, 2, 4, 8, 16]
     assert all(0 <= s <= 1.01 for s in dims.sufficiency)
     assert np.isfinite(edmd.eigvals_).all() and len(edmd.eigvals_) == 9      # 8 PCA features + the constant
