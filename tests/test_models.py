@@ -233,3 +233,17 @@ def _load_dtype(folder, route, dtype):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         return load_local(folder, route=route, device="cpu", dtype=dtype)
+
+
+def test_load_local_refuses_a_missing_or_broken_gguf_and_leaves_nothing(tmp_path, monkeypatch):
+    "A .gguf path that is no file, or a file that is no GGUF, gets a ValueError naming it; no half-written folder stays."
+    from coreinv.runtime import cache_dir
+    monkeypatch.setenv("COREINV_CACHE", str(tmp_path / "cache"))
+    broken = tmp_path / "broken.gguf"
+    broken.write_text("not a model")
+    for path, says in ((tmp_path / "absent.gguf", "no GGUF file at"), (broken, "GGUF")):
+        with pytest.raises(ValueError, match=says) as e:
+            load_local(path)
+        assert str(path) in str(e.value)
+    left = list(cache_dir("pretrained").iterdir()) if cache_dir("pretrained").exists() else []
+    assert left == [], left
