@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 _EXPORTS = {
     "base": ["Core", "clone"],
     "hooks": ["hook_names", "record_activation", "replace_activation"],
-    "ace": ["ACE", "fit_hooks"],
+    "ace": ["ACE"],
+    "multihook": ["fit_hooks"],
     "ablate": ["ablate", "core_dims", "CoreDims", "hook_evaluator", "sufficiency", "necessity",
                "mean_core", "random_core", "pca_core", "class_means_core", "probe_core"],
     "identify": ["fit_operator", "lagged_pairs", "match_spectra", "operator_spectrum"],
@@ -38,7 +39,8 @@ _WHERE = {name: mod for mod, names in _EXPORTS.items() for name in names}     # 
 if TYPE_CHECKING:                                 # for IDEs and type checkers; never run
     from .ablate import (CoreDims, ablate, class_means_core, core_dims, hook_evaluator, mean_core, necessity,
                          pca_core, probe_core, random_core, sufficiency)
-    from .ace import ACE, fit_hooks
+    from .ace import ACE
+    from .multihook import fit_hooks
     from .base import Core, clone
     from .calibration import CalibrationData, check_update, collect_triples, fit_realisations
     from .compare import cca, cca_align, procrustes, projector_overlap, spearman, weight_cosine

@@ -5,10 +5,9 @@
 # %% ../nbs/10_ace.ipynb #b4ee174a
 from __future__ import annotations
 
-import contextlib
 import math
 import warnings
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable
 
 import torch
 from torch import Tensor, nn
@@ -22,7 +21,7 @@ from .distributed import all_reduce_sum, gather, world
 from .hooks import _check_tokens, _n_args, _resolve, replace_activation
 
 # %% auto #0
-__all__ = ['ACE', 'fit_hooks']
+__all__ = ['ACE']
 
 # %% ../nbs/10_ace.ipynb #e078d7c4
 def _default_rtol(dtype: torch.dtype) -> float:
@@ -579,97 +578,3 @@ def _check_finite(t: Tensor, what: str):
     if not torch.isfinite(t).all():
         raise ValueError(f"the {what} of outputs contains {int((~torch.isfinite(t)).sum())} NaN/Inf "
                          f"entries: check the outputs callable (log of zero? overflow?)")
-
-# %% ../nbs/10_ace.ipynb #1aeccbda
-def fit_hooks(model: nn.Module, inputs, hooks: Sequence[str], readout: Callable[..., Tensor], pos: int = -1, *,
-              batch_size: int = 1024, center_outputs: bool = True, n_components: int | None = None,
-              rtol: float | None = None, float64: bool = False, progress: bool = True) -> dict[str, "ACE"]:
-    """ACE (the "jvp" form) at every hook of `hooks` from one forward and O backward passes per batch.
-
-    Parameters
-    ----------
-    model : nn.Module
-        As in `ACE.fit_hook`: a `HookedTransformer`, a `TransformerBridge` or any module, in eval mode.
-    inputs : Tensor [batch, ...] or a re-iterable of such batches
-        As in `ACE.fit_hook` (token ids for a TransformerLens model).
-    hooks : sequence of str
-        Hook names; each activation is [batch, pos, ...] (its trailing axes flattened to D).
-    readout : callable (model_output) or (model_output, inputs) → [b, O], [b] or [b, pos, O]
-        The task outputs; a per-position readout is read at `pos`. Few outputs: the cost grows with O.
-    pos : int
-        The one position of every hook whose activation is a sample (default: the last).
-    batch_size, center_outputs, n_components, rtol, float64
-        As in `ACE`.
-    progress : bool
-        A tqdm bar over the batches.
-
-    Returns
-    -------
-    dict hook → fitted ACE, with `hook_` and `pos_` set, equal to each hook's `fit_hook` to round-off.
-
-    Raises
-    ------
-    ValueError
-        On an empty or repeated hook list, an unknown hook, a `pos` that is not an int in range, active
-        dropout, a readout of another shape, and whatever `ACE`'s finalisation raises (e.g. a hook that
-        the readout does not depend on: its Jacobian is zero).
-    """
-    names = list(hooks)
-    if not names or len(set(names)) != len(names):
-        raise ValueError(f"hooks must name each hook once, at least one, got {names}")
-    for h in names: _resolve(model, h)
-    if not isinstance(pos, int) or isinstance(pos, bool):
-        raise ValueError(f"fit_hooks reads one position: pos must be an int, got {pos!r}")
-    if not callable(readout):
-        raise ValueError(f"readout must be a callable (model_output[, inputs]) → [b, O], got {type(readout).__name__}")
-    drop = [n for n, m in model.named_modules() if isinstance(m, nn.Dropout) and m.training and m.p > 0]
-    if drop: raise ValueError(f"dropout is active in {drop[:3]}: call model.eval() first")
-    read = (lambda out, x: readout(out)) if _n_args(readout) == 1 else readout
-    params = [ACE(n_components=n_components, batch_size=batch_size, center_outputs=center_outputs,
-                  rtol=rtol, float64=float64) for _ in names]
-    for a in params: a._check_params()
-    H, G = {h: [] for h in names}, {h: [] for h in names}         # per batch: [b, D] and [b, O, D]
-    batches = _token_batches(inputs, batch_size)
-    for x in tqdm(batches, total=len(batches) if hasattr(batches, "__len__") else None, desc="fit_hooks",
-                  unit="batch", disable=not progress):
-        _check_tokens(model, x)
-        store = {}
-        def keep(name):
-            def grab(act): store[name] = act; return act
-            return grab
-        with torch.enable_grad(), contextlib.ExitStack() as es:
-            for h in names: es.enter_context(replace_activation(model, h, keep(h)))
-            out = model(x)
-            acts = [store[h] for h in names]                                         # [b, pos, ...] each
-            for h, a in zip(names, acts):
-                if a.ndim < 3 or not -a.shape[1] <= pos < a.shape[1]:
-                    raise ValueError(f"pos={pos} is not a position of {h!r}, whose activation has shape "
-                                     f"{tuple(a.shape)}")
-            y = read(out, x)
-            if isinstance(y, Tensor) and y.ndim == 3: y = y[:, pos]                    # [b, O]
-            if isinstance(y, Tensor) and y.ndim == 1: y = y[:, None]
-            if not isinstance(y, Tensor) or y.ndim != 2 or y.shape[0] != x.shape[0]:
-                raise ValueError(f"readout must return [b, O], [b] or [b, pos, O] for a batch of {x.shape[0]}, "
-                                 f"got {tuple(y.shape) if isinstance(y, Tensor) else type(y).__name__}")
-            O = y.shape[1]
-            grads = [torch.autograd.grad(y[:, o].sum(), acts, retain_graph=o < O - 1, allow_unused=True,
-                                         materialize_grads=True) for o in range(O)]  # O × [[b, pos, ...] each]
-        flat = lambda t: t[:, pos].reshape(t.shape[0], -1).detach().double().cpu()  # [b, D]
-        for i, (h, a) in enumerate(zip(names, acts)):
-            H[h].append(flat(a))
-            G[h].append(torch.stack([flat(g[i]) for g in grads], 1))                 # [b, O, D]
-    fits = {}
-    for h, ace in zip(names, params):
-        acts, grads = torch.cat(H[h]), torch.cat(G[h])                             # [N, D], [N, O, D]
-        if acts.shape[0] < 2: raise ValueError(f"ACE needs N ≥ 2 samples to centre, got N={acts.shape[0]}")
-        mean = acts.mean(0)                                                         # [D]
-        ht = acts - mean                                                            # [N, D]
-        v = torch.einsum("nod,nd->no", grads, ht)                                   # J_n h̃_n: [N, O]
-        if center_outputs and v.shape[1] > 1: v = v - v.mean(1, keepdim=True)
-        ace._start(mean, store[h].dtype, store[h].device)
-        ace.stats_.update(n=len(ht), sum_h=ht.sum(0), hh=float(ht.pow(2).sum()), vv=float(v.pow(2).sum()),
-                          cross=ht.T @ v, probed=True)                              # cross: [D, O]
-        ace._finalize(None)
-        ace.hook_, ace.pos_, ace.joint_ = h, pos, False
-        fits[h] = ace
-    return fits
