@@ -3,8 +3,9 @@
 #   make test   install, then the checks: export in sync, notebook hygiene, unit tests and nbval
 #               over the library notebooks (test-fast, one process per core and one more), then nbval over the
 #               chapters at the `ci` preset (each executed once; its claims rechecked from that
-#               run), the committed book rendered, the book built executed (two sessions side by side)
+#               run), the committed book rendered, the book built executed (two sessions side by side), then test-tl4
 #   make test-fast  the same without chapters, book builds or the browser, one process per core and one more (for authors; CI runs `make test`)
+#   make test-tl4   the library's tests on users' models under TransformerLens 4.x, in .venv-tl4/ (`make test` runs it too)
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 PYTHON ?= python3
@@ -18,7 +19,7 @@ export PYTHONHASHSEED := 0
 # threads each on a loaded 2-core machine spin against each other (a library page: 114 s with two, 15 s with one).
 export OMP_NUM_THREADS := 1
 
-.PHONY: install export book publish test test-fast nbs clean help
+.PHONY: install export book publish test test-fast test-tl4 nbs clean help
 help:
 	@grep -E '^#  ' Makefile
 
@@ -30,6 +31,25 @@ $(STAMP): requirements.txt requirements-nodeps.txt setup.py settings.ini
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# The library's second environment: TransformerLens 4.x (no HookedTransformer) without sae-lens, for the tests of
+# what a user applies to a model of their own (issue 43). The book's environment above stays on 3.9.
+VENV_TL4 := .venv-tl4
+STAMP_TL4 := $(VENV_TL4)/.installed
+TL4_TESTS := tests/test_readme.py tests/test_models.py tests/test_user_model.py tests/test_ace.py tests/test_ace_fit_hook.py \
+	tests/test_ace_ablate.py tests/test_ace_compare.py tests/test_ace_identify.py tests/test_koopman.py \
+	tests/test_koopman_calibration.py tests/test_koopman_streaming.py tests/test_koopman_dictionaries.py \
+	tests/test_invariance.py tests/test_heldout.py tests/test_sae.py tests/test_api.py
+$(STAMP_TL4): requirements-tl4.txt requirements-nodeps.txt setup.py settings.ini
+	test -x $(VENV_TL4)/bin/python || $(PYTHON) -m venv $(VENV_TL4)
+	$(VENV_TL4)/bin/python -m pip install -q --disable-pip-version-check -r requirements-tl4.txt 2>&1 | { grep -v 'is ignored: it is neither' || true; }
+	$(VENV_TL4)/bin/python -m pip install -q --disable-pip-version-check --no-deps -r requirements-nodeps.txt
+	$(VENV_TL4)/bin/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e . 2>&1 | { grep -v 'is ignored: it is neither' || true; }
+	touch $(STAMP_TL4)
+
+# The TL4_TESTS under TransformerLens 4.x; the report's header names the version.
+test-tl4: $(STAMP_TL4)
+	COREINV_PRESET=ci $(VENV_TL4)/bin/python -m pytest -rs -p no:cacheprovider $(TL4_TESTS)
 
 export: install
 	$(BIN)/nbdev_export
@@ -65,10 +85,11 @@ CHAPTERS_B := nbs/chapters/markov.ipynb nbs/chapters/sae_gap.ipynb tests/test_ch
 test: test-fast
 ifeq ($(TEST_WORKERS),1)
 	COREINV_PRESET=ci $(BIN)/python -m pytest $(SLOW_TESTS)
+	$(MAKE) --no-print-directory test-tl4
 else
 	COREINV_PRESET=ci $(BIN)/python tools/side_by_side.py \
 		"grokking+agreement=$(BIN)/python -m pytest -v $(CHAPTERS_A)" \
-		"markov+sae_gap+book=$(BIN)/python -m pytest -v $(CHAPTERS_B)"
+		"markov+sae_gap+book+tl4=$(BIN)/python -m pytest -v $(CHAPTERS_B) && $(MAKE) --no-print-directory test-tl4"
 endif
 
 # Re-run one notebook in place at the book preset and tidy it (for authors): make nbs NB=nbs/00_presets.ipynb

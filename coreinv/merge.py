@@ -10,9 +10,9 @@ import math
 
 import torch
 from torch import Tensor
-from transformer_lens import HookedTransformer
 
 from .compare import procrustes
+from .train import HookedTransformer
 
 # %% auto #0
 __all__ = ['fold_layernorm', 'rotate_residual', 'interpolate', 'core_aligned_rotation']

@@ -22,13 +22,62 @@ import numpy as np
 import torch
 from torch import Tensor
 from tqdm import tqdm
-from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from .keys import digest, function_key
 from .runtime import start_worker, worker_context
 
 # %% auto #0
-__all__ = ['CHECKPOINT_NAME', 'make_transformer', 'TrainLog', 'checkpoint_key', 'train', 'n_processes', 'map_processes']
+__all__ = ['CHECKPOINT_NAME', 'require_hooked', 'make_transformer', 'TrainLog', 'checkpoint_key', 'train', 'n_processes',
+           'map_processes']
+
+# %% ../nbs/20_train.ipynb #0c2cdc0e
+def _transformer_lens_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try: return version("transformer-lens")
+    except PackageNotFoundError: return "not installed"
+
+
+def _removed(name: str, what: str | None = None) -> ImportError:
+    needs = f"; {what} needs it" if what else ""
+    return ImportError(f"TransformerLens 4.0 removed {name} (installed: transformer-lens "
+                       f"{_transformer_lens_version()}){needs}. Install 'transformer-lens>=3.9,<4' for coreinv's "
+                       f"trained models; a model of your own runs on either version through "
+                       f"coreinv.models.load_local (a TransformerBridge)")
+
+
+class _Removed(type):
+    "The type of a stand-in for a class TransformerLens 4.0 removed: nothing is an instance; calling it explains."
+    def __call__(cls, *args, **kwargs):
+        raise _removed(cls.__name__)
+
+
+try:
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+except ImportError:                                     # TransformerLens ≥ 4.0
+    HookedTransformer = _Removed("HookedTransformer", (), {})
+    HookedTransformerConfig = _Removed("HookedTransformerConfig", (), {})
+
+
+def require_hooked(what: str) -> None:
+    """Raise unless TransformerLens's `HookedTransformer` is importable (TransformerLens < 4).
+
+    Parameters
+    ----------
+    what : str
+        What needs it, for the message (e.g. "route='hooked'").
+
+    Returns
+    -------
+    None, where TransformerLens < 4 provides `HookedTransformer`.
+
+    Raises
+    ------
+    ImportError
+        Under TransformerLens 4.x, which removed `HookedTransformer`: the message names the installed
+        version and the fix.
+    """
+    if isinstance(HookedTransformer, _Removed):
+        raise _removed("HookedTransformer", what)
 
 # %% ../nbs/20_train.ipynb #38bbe8e7
 def make_transformer(n_layers: int, d_model: int, n_heads: int, d_vocab: int, n_ctx: int,

@@ -17,6 +17,7 @@ from coreinv.compare import projector_overlap, weight_cosine
 from coreinv.dictionaries import PCADictionary
 from coreinv.koopman import EDMDc
 from coreinv.models import ARCHS, HOOKED_ARCHITECTURES, ROUTES, load_local, tiny_local_model
+from helpers import LazyModels
 
 TOKENS = torch.randint(0, 320, (6, 12), generator=torch.Generator().manual_seed(0))   # [batch, pos]
 # The names coreinv's functions use, all TransformerLens's own.
@@ -41,7 +42,7 @@ def folders(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def models(folders):
-    return {(arch, route): _load(folders[arch], route) for arch in ARCHS for route in ROUTES}
+    return LazyModels(_load, folders)
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -81,7 +82,8 @@ def test_tokenizer_survives_both_routes(folders, models):
     from coreinv.models import tiny_tokenizer
     text = "the cat sat on the mat, then they went home?"
     ids = tiny_tokenizer()(text).input_ids
-    for (arch, route), m in models.items():
+    for arch, route in [(a, r) for a in ARCHS for r in ROUTES]:
+        m = models[arch, route]
         got = m.to_tokens(text, prepend_bos=False)[0].tolist()
         assert got == ids, (arch, route)
 

@@ -13,6 +13,7 @@ from coreinv.ace import ACE
 from coreinv.calibration import collect_triples
 from coreinv.compare import projector_overlap
 from coreinv.models import ARCHS, ROUTES, load_local, tiny_local_model
+from helpers import LazyModels
 
 N_LAYERS = 3
 TOKENS = torch.randint(0, 320, (4, 8), generator=torch.Generator().manual_seed(0))   # [batch, pos]
@@ -34,7 +35,7 @@ def folders(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def models(folders):
-    return {(arch, route): _load(folders[arch], route) for arch in ARCHS for route in ROUTES}
+    return LazyModels(_load, folders)
 
 
 def _edit(act):

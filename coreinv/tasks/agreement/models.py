@@ -15,14 +15,13 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from transformer_lens import HookedTransformer
 
 from ...keys import digest, function_key
 from ...models import load_local
 from ...runtime import cache_dir
 from .language import CONSTRUCTIONS, MinimalPair, Sentence
 from .corpus import WordVocab, corpus, test_pairs
-from ...train import _save_atomic, make_transformer, train
+from ...train import HookedTransformer, _save_atomic, make_transformer, train
 
 # %% auto #0
 __all__ = ['POSITIONAL', 'ARCHS', 'LMSpec', 'held_out_pairs', 'training_corpus', 'build_lm', 'cache_key', 'lm_folder', 'lm_info',
