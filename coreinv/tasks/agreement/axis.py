@@ -72,13 +72,7 @@ class AgreementModel:
         return getattr(out, "logits", out)
 
     def verb_id(self, word: str) -> int:
-        """The token id of a verb form.
-
-        Raises
-        ------
-        ValueError
-            If the model was not given the form (naming the word and the model).
-        """
+        "The token id of a verb form; a ValueError naming the word and the model if it was not given the form."
         if word not in self.verb_ids:
             raise ValueError(f"model {self.name!r} has no single token for the verb form {word!r}")
         return self.verb_ids[word]
@@ -106,7 +100,7 @@ def word_model(name: str, model: nn.Module, vocab: WordVocab) -> AgreementModel:
                           eos=vocab.stoi["."])
 
 # %% ../../../nbs/26_agreement_axis.ipynb #d0d4362c
-def hf_model(name: str, model: nn.Module, tokenizer=None) -> AgreementModel:
+def hf_model(name: str, model: nn.Module, tokenizer=None, verbs: Sequence[str] | None = None) -> AgreementModel:
     """An `AgreementModel` for a subword model, e.g. from `coreinv.models.load_local`.
 
     Parameters
@@ -116,6 +110,8 @@ def hf_model(name: str, model: nn.Module, tokenizer=None) -> AgreementModel:
         TransformerLens hook names (`blocks.{l}.hook_resid_post`) and `cfg.n_layers`.
     tokenizer : HuggingFace tokenizer, optional
         Default `model.tokenizer`.
+    verbs : sequence of str, optional
+        The verb forms it scores (default: every agreeing form of the lexicon); see `real.whole_verbs`.
 
     Returns
     -------
@@ -130,7 +126,7 @@ def hf_model(name: str, model: nn.Module, tokenizer=None) -> AgreementModel:
     tok = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
     if tok is None:
         raise ValueError(f"model {name!r} has no tokenizer: pass tokenizer= (or save one in its folder)")
-    verb_ids = single_token_ids(tok, name=name)
+    verb_ids = single_token_ids(tok, verbs, name=name)
     words = set(default_lexicon().words) | {"."}
     bos = getattr(tok, "bos_token_id", None)
 
