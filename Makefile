@@ -89,7 +89,7 @@ ifeq ($(TEST_WORKERS),1)
 else
 	COREINV_PRESET=ci $(BIN)/python tools/side_by_side.py \
 		"grokking+agreement=$(BIN)/python -m pytest -v $(CHAPTERS_A)" \
-		"markov+sae_gap+book+tl4=$(BIN)/python -m pytest -v $(CHAPTERS_B); s=$$?; $(MAKE) --no-print-directory test-tl4 && exit $$s"
+		"markov+sae_gap+book+tl4=$(BIN)/python -m pytest -v $(CHAPTERS_B); s=\$$?; $(MAKE) --no-print-directory test-tl4 && exit \$$s"
 endif
 
 # Re-run one notebook in place at the book preset and tidy it (for authors): make nbs NB=nbs/00_presets.ipynb
