@@ -208,9 +208,8 @@ def nbval_chapter(request):
 # `load_local(route='hooked')`), stops with the ImportError that names the removal; it is reported as skipped,
 # with that message as its reason. Under 3.9 nothing changes. The report header names the version.
 def _transformer_lens() -> tuple[str, bool]:
-    from importlib.metadata import version
-    from coreinv.train import HookedTransformer, _Removed
-    return version("transformer-lens"), not isinstance(HookedTransformer, _Removed)
+    from coreinv.train import HookedTransformer, _Removed, _transformer_lens_version
+    return _transformer_lens_version(), not isinstance(HookedTransformer, _Removed)
 
 
 def pytest_report_header(config):
