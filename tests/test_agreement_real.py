@@ -41,3 +41,47 @@ def test_scorable_keeps_the_pairs_every_model_scores_and_counts_the_rest():
         scorable(pairs)
     with pytest.raises(ValueError, match=r"no pair.*every model \(c\)"):
         scorable(pairs, _am("c", Splitter(verbs)))
+
+
+def test_split_pairs_halves_each_construction_and_number():
+    import numpy as np
+    from coreinv.tasks.agreement.real import split_pairs
+    pairs = test_pairs(4, 0, "pp") + test_pairs(4, 0, "simple")
+    tr, te = split_pairs(pairs, seed=3)
+    assert sorted(np.concatenate([tr, te]).tolist()) == list(range(len(pairs)))
+    for c in ("pp", "simple"):
+        for n in ("sg", "pl"):
+            g = [i for i, p in enumerate(pairs) if p.construction == c and p.subject_number == n]
+            assert abs(len(set(g) & set(tr)) - len(set(g) & set(te))) <= 1
+    assert (split_pairs(pairs, seed=3)[0] == tr).all()
+
+
+def test_interchange_sources_take_the_other_number_of_the_same_construction():
+    from coreinv.tasks.agreement.real import interchange_sources
+    pairs = test_pairs(4, 0, "pp") + test_pairs(4, 0, "obj_rc")
+    src = interchange_sources(pairs, seed=1)
+    assert all(pairs[j].subject_number != p.subject_number and pairs[j].construction == p.construction
+               for p, j in zip(pairs, src))
+    only_sg = [p for p in pairs if p.subject_number == "sg"]
+    with pytest.raises(ValueError, match="no pair has a pl subject"):
+        interchange_sources(only_sg)
+    one = [p for p in pairs if p.construction == "pp" and p.subject_number == "sg"] + \
+          [p for p in pairs if p.construction == "obj_rc" and p.subject_number == "pl"]
+    src = interchange_sources(one)                 # no other number in its own construction: another's
+    assert all(one[j].subject_number != p.subject_number for p, j in zip(one, src))
+
+
+def test_shuffled_null_is_high_for_shared_groups_and_low_for_a_shared_order_within_them():
+    import numpy as np
+    from scipy.stats import spearmanr
+    from coreinv.tasks.agreement.real import shuffled_null
+    rng = np.random.default_rng(0)
+    grp = np.repeat(np.arange(8), 25)
+    level, within = rng.normal(size=8)[grp], rng.normal(size=200)
+    a, b = level + 0.2 * rng.normal(size=200), level + 0.2 * rng.normal(size=200)
+    assert shuffled_null(a, b, grp) > 0.8 * spearmanr(a, b)[0]
+    a, b = within + 0.2 * rng.normal(size=200), within + 0.2 * rng.normal(size=200)
+    assert abs(shuffled_null(a, b, grp)) < 0.15 < spearmanr(a, b)[0]
+    assert shuffled_null(a, b, np.arange(200)) == pytest.approx(spearmanr(a, b)[0])   # singletons keep their value
+    with pytest.raises(ValueError, match="one entry per sentence"):
+        shuffled_null(a, b[:5], grp)

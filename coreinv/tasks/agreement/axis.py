@@ -17,6 +17,7 @@ from tqdm import tqdm
 from ...ablate import ablate, class_means_core, pca_core, probe_core, random_core
 from ...base import Core
 from ...hooks import _resolve, record_activation, replace_activation
+from ...models import last_position
 from ...ace import ACE
 from .language import MinimalPair, default_lexicon
 from .corpus import WordVocab, agrees, label, single_token_ids
@@ -53,6 +54,8 @@ class AgreementModel:
         One hook per layer, bottom to top (`blocks.{l}.hook_resid_post` for TransformerLens).
     eos : int, optional
         The id that ends a generation.
+    last_only : bool
+        Unembed only the last position (`coreinv.models.last_position`): every measure here reads no other.
     """
     name: str
     model: nn.Module
@@ -61,14 +64,15 @@ class AgreementModel:
     verb_ids: dict
     layers: list
     eos: int | None = None
+    last_only: bool = False
 
     def __post_init__(self):
         for h in self.layers:
             _check_hook(self.model, h, self.name)
 
     def logits(self, tokens: Tensor) -> Tensor:
-        "Logits [b, T, vocab] of token ids [b, T]."
-        out = self.model(tokens)
+        "Logits [b, T, vocab] of token ids [b, T] ([b, 1, vocab] with `last_only`)."
+        with last_position(self.model) if self.last_only else contextlib.nullcontext(): out = self.model(tokens)
         return getattr(out, "logits", out)
 
     def verb_id(self, word: str) -> int:

@@ -48,10 +48,29 @@ _agr_book_models = (_agr_ci_models[0], _agr_ci_models[1] | dict(steps=1200)) + (
 # issue 24: the corpus at book is >= 2 M tokens per model (n_sentences 180000: 2.10 M word tokens, 11.7 a sentence;
 # measured 8 s to generate, 1 s to encode, 40 s for the BPE tokeniser and stream, under load). The models train in
 # worker processes (coreinv.tasks.agreement.models.train_or_load with coreinv.train.map_processes), one per core.
+# issue 40: the pretrained LMs (coreinv.pretrained), measured with the same rulers on pairs rendered for their
+# tokenizers (coreinv.tasks.agreement.real). Sizes chosen from the cost measured before any claim was computed
+# (2 threads, 216 pairs: one forward 5.8 s SmolLM2, 11 s Gemma, 4.5 s with only the last position unembedded;
+# every layer's ACE 43 s for SmolLM2): real_n_cell pairs per construction and number cell (4: ~110 pairs
+# that both tokenizers score), every layer (real_layer_step 1; at ci every 10th and the last), real_n_flip
+# generations of up to real_max_new tokens (the verb is due at the next token), and 1-D DAS trained by
+# interchange intervention for das_steps Adam steps (one group of equal-length prefixes a step; lr das_lr) on
+# half the pairs (steps: SmolLM2, blocks.26, book pairs, lr 1e-2, interchange accuracy train / held out: 30 steps
+# 0.87 / 0.68, 60 0.98 / 0.71, 150 0.98 / 0.81, measured on DAS alone before any claim was computed; 150 at book,
+# the strongest baseline the budget allows). real_init_seed: the re-initialised control. paper: the paper's six models as
+# save_pretrained folders under COREINV_LLM_DIR (real_local, loaded by coreinv.models.load_local) beside them.
+_agr_real = dict(real_models=("smollm2-135m", "gemma3-270m"), real_local=(), real_n_cell=4, real_layer_step=1,
+                 real_n_flip=24, real_max_new=6, das_steps=150, das_lr=1e-2, real_init_seed=0)
 SIZES = Presets("agreement",
-                ci=_agr_thr | dict(models=_agr_ci_models, n_sentences=20000, n_ctx=32, batch=32, n_test_per_cell=16,
-                                   n_flip=24, n_boot=200),
-                book=_agr_thr | dict(models=_agr_book_models, n_sentences=180000, n_ctx=32, batch=32, n_test_per_cell=24,
-                                     n_flip=48, n_boot=1000),
-                paper=_agr_thr | dict(models=tuple(m | dict(steps=4 * m["steps"]) for m in _agr_book_models),
-                                      n_sentences=200000, n_ctx=32, batch=64, n_test_per_cell=64, n_flip=200, n_boot=2000))
+                ci=_agr_thr | _agr_real | dict(models=_agr_ci_models, n_sentences=20000, n_ctx=32, batch=32,
+                                               n_test_per_cell=16, n_flip=24, n_boot=200,
+                                               real_models=("smollm2-135m",), real_n_cell=1, real_layer_step=10,
+                                               real_n_flip=4, real_max_new=3, das_steps=20),
+                book=_agr_thr | _agr_real | dict(models=_agr_book_models, n_sentences=180000, n_ctx=32, batch=32,
+                                                 n_test_per_cell=24, n_flip=48, n_boot=1000),
+                paper=_agr_thr | _agr_real | dict(models=tuple(m | dict(steps=4 * m["steps"]) for m in _agr_book_models),
+                                                  n_sentences=200000, n_ctx=32, batch=64, n_test_per_cell=64,
+                                                  n_flip=200, n_boot=2000, real_n_cell=16, real_n_flip=200,
+                                                  real_max_new=12, das_steps=400,
+                                                  real_local=("gpt2", "gpt2-medium", "gpt2-large", "Llama-3.1-8B",
+                                                              "gemma-2-2b", "Qwen2.5-32B")))

@@ -5,18 +5,28 @@
 # %% ../../../nbs/29_agreement_real.ipynb #6bcc9156
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 from collections.abc import Sequence
 
+import numpy as np
 import torch
+from scipy.stats import spearmanr
 from torch import nn
 
 from ...ace import ACE
+from ...base import Core
+from ...das import fit_das, interchange
+from ...models import last_position
 from ...multihook import fit_hooks
-from .axis import AgreementModel, _groups, hf_model, readout_pairs
+from .axis import AgreementModel, _groups, _signs, hf_model, last_acts, readout_pairs
+from ...ablate import ablate
 from .language import MinimalPair, default_lexicon
+from .rulers import _verb_numbers
 
 # %% auto #0
-__all__ = ['verb_pieces', 'whole_verbs', 'real_model', 'scorable', 'layer_axes']
+__all__ = ['verb_pieces', 'whole_verbs', 'real_model', 'scorable', 'layer_axes', 'split_pairs', 'interchange_sources',
+           'interchange_accuracy', 'das_axis', 'first_verb_flip', 'shuffled_null']
 
 # %% ../../../nbs/29_agreement_real.ipynb #34630a0e
 def verb_pieces(tokenizer, words: Sequence[str] | None = None) -> dict[str, list[int]]:
@@ -52,7 +62,7 @@ def whole_verbs(tokenizer, words: Sequence[str] | None = None) -> list[str]:
     return [w for w, ids in verb_pieces(tokenizer, words).items() if len(ids) == 1]
 
 # %% ../../../nbs/29_agreement_real.ipynb #7b1127e1
-def real_model(name: str, model: nn.Module | None = None) -> AgreementModel:
+def real_model(name: str, model: nn.Module | None = None, init_seed: int | None = None) -> AgreementModel:
     """The `AgreementModel` of a packaged pretrained LM, scoring the verb forms its tokenizer keeps whole.
 
     Parameters
@@ -61,16 +71,20 @@ def real_model(name: str, model: nn.Module | None = None) -> AgreementModel:
         A name of `coreinv.pretrained.PACKAGED` ("smollm2-135m", "gemma3-270m").
     model : nn.Module, optional
         The model `coreinv.pretrained(name)` returned, if already loaded (default: load it).
+    init_seed : int, optional
+        Load the untrained control instead (`pretrained(name, init_seed=...)`), named "`name` re-initialised".
 
     Returns
     -------
     AgreementModel
-        Named `name`; its texts start with the package's first token (the tokenizer's BOS).
+        Named `name`; its texts start with the package's first token (the tokenizer's BOS); it unembeds
+        the last position only (`last_only`).
     """
     if model is None:
         from coreinv.pretrained import pretrained
-        model = pretrained(name)
-    return hf_model(name, model, verbs=whole_verbs(model.tokenizer))
+        model = pretrained(name, init_seed=init_seed)
+    label = name if init_seed is None else f"{name} re-initialised"
+    return dataclasses.replace(hf_model(label, model, verbs=whole_verbs(model.tokenizer)), last_only=True)
 
 
 def scorable(pairs: Sequence[MinimalPair], *models: AgreementModel) -> tuple[list[MinimalPair], dict]:
@@ -138,4 +152,224 @@ def layer_axes(am: AgreementModel, pairs: Sequence[MinimalPair], n_verbs: int = 
         last = logits[:, -1]
         return last[:, sg.to(last.device)] - last[:, pl.to(last.device)]
     batches = [x for _, x, _, _ in _groups(am, pairs)]                     # [b, T] each, T per group
-    return fit_hooks(am.model, batches, am.layers, readout, pos=-1, center_outputs=center, progress=progress)
+    with last_position(am.model) if am.last_only else contextlib.nullcontext():
+        return fit_hooks(am.model, batches, am.layers, readout, pos=-1, center_outputs=center, progress=progress)
+
+# %% ../../../nbs/29_agreement_real.ipynb #a34e4b73
+def split_pairs(pairs: Sequence[MinimalPair], seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Two halves of `pairs`, split evenly within each construction and subject number (seeded).
+
+    Parameters
+    ----------
+    pairs : sequence of MinimalPair
+    seed : int
+
+    Returns
+    -------
+    (train, test) : ndarrays of indices into `pairs`, sorted; a group of one pair goes to `test`
+    """
+    rng = np.random.default_rng(seed)
+    groups: dict = {}
+    for i, p in enumerate(pairs):
+        groups.setdefault((p.construction, p.subject_number), []).append(i)
+    train, test = [], []
+    for ix in groups.values():
+        ix = rng.permutation(ix)
+        train += ix[:len(ix) // 2].tolist(); test += ix[len(ix) // 2:].tolist()
+    return np.sort(np.array(train, dtype=np.int64)), np.sort(np.array(test, dtype=np.int64))
+
+
+def interchange_sources(pairs: Sequence[MinimalPair], seed: int = 0) -> np.ndarray:
+    """For each pair, a source pair whose subject has the other number: of the same construction where one exists (seeded draw).
+
+    Parameters
+    ----------
+    pairs : sequence of MinimalPair
+    seed : int
+
+    Returns
+    -------
+    ndarray [N] of int, indices into `pairs` (from another construction only where the pair's has no subject
+    of the other number)
+
+    Raises
+    ------
+    ValueError
+        If every subject has the same number.
+    """
+    rng = np.random.default_rng(seed)
+    by: dict = {}
+    for i, p in enumerate(pairs):
+        by.setdefault((p.construction, p.subject_number), []).append(i)
+    out = np.empty(len(pairs), dtype=np.int64)
+    for i, p in enumerate(pairs):
+        other = "pl" if p.subject_number == "sg" else "sg"
+        pool = by.get((p.construction, other)) or [j for (c, n), ix in by.items() if n == other for j in ix]
+        if not pool:
+            raise ValueError(f"no pair has a {other} subject to serve as the source of {p.prefix_text!r}")
+        out[i] = rng.choice(pool)
+    return out
+
+# %% ../../../nbs/29_agreement_real.ipynb #e2533200
+def interchange_accuracy(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str, core: Core | None,
+                         sources: np.ndarray) -> dict:
+    """The share of pairs whose verb follows the source's subject number when `core`'s coordinates come from the source.
+
+    Parameters
+    ----------
+    am : AgreementModel
+    pairs : sequence of MinimalPair
+    hook : str
+    core : Core or None
+        The subspace swapped at the last token (None: no swap, the floor).
+    sources : ndarray [N] of int
+        Each pair's source, an index into `pairs` (`interchange_sources`).
+
+    Returns
+    -------
+    dict with `iia` (over the pairs), `iia_mean` (the mean over constructions), `by` (construction → IIA) and `n`
+    """
+    src = torch.as_tensor(np.asarray(sources))
+    S = last_acts(am, pairs, hook)[src]                                   # [N, D], the sources' activations
+    want = _signs(pairs)[src.numpy()]                                     # +1: the source's subject is singular
+    m = np.zeros(len(pairs))
+    with torch.no_grad():
+        for ii, x, sg, pl in _groups(am, pairs):
+            with interchange(am.model, hook, core, S[torch.as_tensor(ii)]) if core is not None else contextlib.nullcontext():
+                lg = am.logits(x)[:, -1]
+            r = torch.arange(len(ii))
+            m[ii] = (lg[r, sg] - lg[r, pl]).double().cpu().numpy()
+    ok = m * want > 0
+    by = {c: float(ok[[i for i, p in enumerate(pairs) if p.construction == c]].mean())
+          for c in dict.fromkeys(p.construction for p in pairs)}
+    return dict(iia=float(ok.mean()), iia_mean=float(np.mean(list(by.values()))), by=by, n=len(pairs))
+
+
+def das_axis(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str, sources: np.ndarray, steps: int = 60,
+             lr: float = 1e-2, seed: int = 0, progress: bool = False) -> Core:
+    """The 1-D DAS direction at `hook`'s last token, trained on `pairs` and their sources, signed like `oriented_axis`.
+
+    Parameters
+    ----------
+    am : AgreementModel
+    pairs : sequence of MinimalPair
+        The training pairs.
+    hook : str
+    sources : ndarray [N] of int
+        Each pair's source, an index into `pairs`.
+    steps, lr, seed, progress
+        As in `coreinv.das.fit_das` (one group of equal-length prefixes a step).
+
+    Returns
+    -------
+    Core with k = 1
+    """
+    src = torch.as_tensor(np.asarray(sources))
+    acts = last_acts(am, pairs, hook)
+    S, want = acts[src], torch.as_tensor(_signs(pairs)[src.numpy()])
+
+    def loss(logits, target):
+        sg, pl, y = target
+        lg = logits[:, -1]
+        r = torch.arange(len(y))
+        return nn.functional.softplus(-y * (lg[r, sg] - lg[r, pl])).mean()
+    batches = [(x, S[torch.as_tensor(ii)].float(), (sg, pl, want[torch.as_tensor(ii)].float()))
+               for ii, x, sg, pl in _groups(am, pairs)]
+    with last_position(am.model) if am.last_only else contextlib.nullcontext():
+        core = fit_das(am.model, hook, batches, loss, k=1, steps=steps, lr=lr, seed=seed, progress=progress)
+    z, s = core.coords(acts)[:, 0].numpy(), _signs(pairs)
+    return core if z[s > 0].mean() >= z[s < 0].mean() else Core(-core.basis, core.mean)
+
+# %% ../../../nbs/29_agreement_real.ipynb #267973b5
+def first_verb_flip(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str, core: Core | None,
+                    starts: np.ndarray | None, max_new: int = 6, sample: bool = False, seed: int = 0) -> dict:
+    """Generate after each prefix with `core` reflected from `starts` on; score the first generated verb form.
+
+    Parameters
+    ----------
+    am : AgreementModel
+    pairs : sequence of MinimalPair
+    hook : str
+    core : Core or None
+        Reflected (`ablate(..., "flip", pos=start)`); None: intact.
+    starts : ndarray [N] of int or None
+        Each pair's first reflected position (None: every position).
+    max_new : int
+        Tokens generated at most; generation stops at the first verb form (or the end token).
+    sample : bool
+        Sample from the softmax (seeded) instead of greedy decoding.
+    seed : int
+
+    Returns
+    -------
+    dict with `reversed`, `agreeing`, `no_verb` (fractions summing to 1), `mass_reversed` (the next-token
+    probability on verb forms of the other number, as a share of all verb forms, at the first step), `n`
+    and `examples` (the first three prompts with what was generated)
+    """
+    gen = torch.Generator().manual_seed(seed)
+    num = _verb_numbers(am)                                               # token id → "sg" / "pl"
+    ids = torch.tensor(sorted(num))
+    dev = next(am.model.parameters()).device
+    tok = getattr(am.model, "tokenizer", None)
+    rev, agr, mass, ex = [], [], [], []
+    for i, p in enumerate(pairs):
+        at = None if starts is None else torch.tensor([int(starts[i])])
+        toks, found = list(am.encode(p.prefix)), None
+        with ablate(am.model, hook, core, "flip", pos=at) if core is not None else contextlib.nullcontext(), \
+                torch.no_grad():
+            for step in range(max_new):
+                pr = am.logits(torch.tensor([toks], device=dev))[0, -1].double().softmax(-1).cpu()
+                if step == 0:
+                    wrong = torch.tensor([num[int(t)] != p.subject_number for t in ids])
+                    mass.append(float(pr[ids][wrong].sum() / pr[ids].sum()))
+                nxt = int(torch.multinomial(pr, 1, generator=gen)) if sample else int(pr.argmax())
+                toks.append(nxt)
+                if nxt in num:
+                    found = num[nxt]
+                    break
+                if nxt == am.eos:
+                    break
+        rev.append(found is not None and found != p.subject_number)
+        agr.append(found == p.subject_number)
+        if len(ex) < 3:
+            new = toks[len(am.encode(p.prefix)):]
+            ex.append(p.prefix_text + " |" + (tok.decode(new) if tok is not None else str(new)))
+    rev, agr = np.array(rev), np.array(agr)
+    return dict(reversed=float(rev.mean()), agreeing=float(agr.mean()), no_verb=float((~rev & ~agr).mean()),
+                mass_reversed=float(np.mean(mass)), n=len(pairs), examples=ex)
+
+# %% ../../../nbs/29_agreement_real.ipynb #c0100845
+def shuffled_null(z1: np.ndarray, z2: np.ndarray, groups: Sequence, n_null: int = 50, seed: int = 0) -> float:
+    """Mean Spearman ρ of `z2` with `z1` shuffled within each group: what the groups alone give.
+
+    Parameters
+    ----------
+    z1, z2 : ndarray [N]
+    groups : sequence [N] of hashable
+        Each entry's group (e.g. subject number, or construction and prefix length); a group of one keeps its value.
+    n_null, seed : int
+
+    Returns
+    -------
+    float
+
+    Raises
+    ------
+    ValueError
+        If the lengths differ.
+    """
+    z1, z2 = np.asarray(z1, float), np.asarray(z2, float)
+    g = list(groups)
+    if not len(z1) == len(z2) == len(g):
+        raise ValueError(f"z1, z2 and groups must have one entry per sentence, got {len(z1)}, {len(z2)}, {len(g)}")
+    rng = np.random.default_rng(seed)
+    ix: dict = {}
+    for i, k in enumerate(g):
+        ix.setdefault(k, []).append(i)
+    out = []
+    for _ in range(n_null):
+        sh = z1.copy()
+        for j in ix.values():
+            sh[j] = z1[rng.permutation(j)]
+        out.append(spearmanr(sh, z2)[0])
+    return float(np.mean(out))
