@@ -57,10 +57,13 @@ _agr_book_models = (_agr_ci_models[0], _agr_ci_models[1] | dict(steps=1200)) + (
 # interchange intervention for das_steps Adam steps (one group of equal-length prefixes a step; lr das_lr) on
 # half the pairs (steps: SmolLM2, blocks.26, book pairs, lr 1e-2, interchange accuracy train / held out: 30 steps
 # 0.87 / 0.68, 60 0.98 / 0.71, 150 0.98 / 0.81, measured on DAS alone before any claim was computed; 150 at book,
-# the strongest baseline the budget allows). real_init_seed: the re-initialised control. paper: the paper's six models as
+# the strongest baseline the budget allows). real_init_seed: the re-initialised control.
+# The first book run with real_n_cell 4 (110 pairs), real_n_flip 24, real_max_new 6 and 150 DAS steps took 1340 s for
+# the pretrained models (SmolLM2 471 s, Gemma 705 s, the control and loading the rest; the chapter 1693 s of the
+# issue's 15 min), so the book runs half the pairs and generations and 100 DAS steps (sizes chosen on that cost alone). paper: the paper's six models as
 # save_pretrained folders under COREINV_LLM_DIR (real_local, loaded by coreinv.models.load_local) beside them.
-_agr_real = dict(real_models=("smollm2-135m", "gemma3-270m"), real_local=(), real_n_cell=4, real_layer_step=1,
-                 real_n_flip=24, real_max_new=6, das_steps=150, das_lr=1e-2, real_init_seed=0)
+_agr_real = dict(real_models=("smollm2-135m", "gemma3-270m"), real_local=(), real_n_cell=2, real_layer_step=1,
+                 real_n_flip=12, real_max_new=4, das_steps=100, das_lr=1e-2, real_init_seed=0)
 SIZES = Presets("agreement",
                 ci=_agr_thr | _agr_real | dict(models=_agr_ci_models, n_sentences=20000, n_ctx=32, batch=32,
                                                n_test_per_cell=16, n_flip=24, n_boot=200,
@@ -70,7 +73,7 @@ SIZES = Presets("agreement",
                                                  n_test_per_cell=24, n_flip=48, n_boot=1000),
                 paper=_agr_thr | _agr_real | dict(models=tuple(m | dict(steps=4 * m["steps"]) for m in _agr_book_models),
                                                   n_sentences=200000, n_ctx=32, batch=64, n_test_per_cell=64,
-                                                  n_flip=200, n_boot=2000, real_n_cell=16, real_n_flip=200,
-                                                  real_max_new=12, das_steps=400,
+                                                  n_flip=200, n_boot=2000, real_n_cell=16, real_n_flip=200, das_steps=400,
+                                                  real_max_new=12,
                                                   real_local=("gpt2", "gpt2-medium", "gpt2-large", "Llama-3.1-8B",
                                                               "gemma-2-2b", "Qwen2.5-32B")))
