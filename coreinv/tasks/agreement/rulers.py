@@ -5,12 +5,13 @@
 # %% ../../../nbs/28_agreement_rulers.ipynb #d6fd1d9b
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from contextlib import nullcontext
 
 import numpy as np
 import torch
-from scipy.stats import spearmanr
+from scipy.stats import ConstantInputWarning, spearmanr
 from tqdm import tqdm
 
 from ...ablate import ablate
@@ -483,9 +484,12 @@ def spearman_vs_label(z1: np.ndarray, z2: np.ndarray, numbers: np.ndarray, n_boo
         ex.append(r - spearmanr(sh, z2[i])[0])
 
     def within(ix):
-        wb = [spearmanr(z1[j], z2[j])[0] for j in (rng.choice(ix, len(ix)) for _ in range(min(n_boot, 300)))]
+        with warnings.catch_warnings():     # a resample of a small cell can repeat one sentence: no ranks, NaN
+            warnings.simplefilter("ignore", ConstantInputWarning)             # (left out by nanpercentile)
+            wb = [spearmanr(z1[j], z2[j])[0] for j in (rng.choice(ix, len(ix)) for _ in range(min(n_boot, 300)))]
+            rho_ix = float(spearmanr(z1[ix], z2[ix])[0])
         lo, hi = np.nanpercentile(wb, [2.5, 97.5])
-        return dict(rho=float(spearmanr(z1[ix], z2[ix])[0]), lo=float(lo), hi=float(hi), n=len(ix))
+        return dict(rho=rho_ix, lo=float(lo), hi=float(hi), n=len(ix))
     extra = {}
     if cells is not None:
         cl = np.asarray(cells).astype(str)
