@@ -337,7 +337,9 @@ def _fill_scorecards(app, doctree, docname) -> None:
             out.append(nodes.paragraph(
                 "", "", nodes.strong("", s["chapter"]),
                 nodes.Text(f": {s['held']} of {s['total']} claims hold"
-                           + (f" ({s['untestable']} not testable)" if s["untestable"] else "") + ". Code "),
+                           + "".join(f" ({s[k]} {w})" for k, w in (("untestable", "not testable"),
+                                                                     ("undecided", "undecided")) if s.get(k))
+                           + ". Code "),
                 nodes.literal("", s["code_key"] or "not recorded"),
                 nodes.Text(f", written {s['written'] or '(no date)'}, {s['wall_time_s']:.0f} s"
                            + (f", on {_machine_words(s['machine'])}." if s["machine"] else "."))))

@@ -24,8 +24,8 @@ from .runtime import device, machine
 
 # %% auto #0
 __all__ = ['RESULTS_ENV', 'CHAPTERS', 'results_root', 'paper_values', 'pilot_record', 'Claim', 'check', 'assert_required',
-           'claim_status', 'print_claims', 'notebook_hash', 'chapter_notebook', 'provenance', 'write_results',
-           'load_results', 'scorecard_rows', 'results_for', 'chapter_summaries', 'stale_results']
+           'claim_status', 'print_claims', 'share_verdict', 'notebook_hash', 'chapter_notebook', 'provenance',
+           'write_results', 'load_results', 'scorecard_rows', 'results_for', 'chapter_summaries', 'stale_results']
 
 # %% ../nbs/01_results.ipynb #0533ddd3
 RESULTS_ENV = "COREINV_RESULTS_DIR"
@@ -139,6 +139,10 @@ class Claim:
     testable : bool
         False: the run cannot test the claim (e.g. it is out of the run's window); `passed` is then
         False, and the scorecard says "not testable" rather than "does not hold".
+    decided : bool
+        False: the run tested the claim, but its evidence neither confirms nor refutes it (e.g. a
+        share of seeds whose interval straddles one half, `share_verdict`); `passed` is then False,
+        and the scorecard says "undecided".
     """
     id: str
     claim: str
@@ -148,10 +152,11 @@ class Claim:
     passed: bool
     required: bool
     testable: bool = True
+    decided: bool = True
 
 
 def check(id: str, measured: Any, passed: bool, threshold: str, required: bool = False,
-          paper_table: dict | None = None, testable: bool = True) -> Claim:
+          paper_table: dict | None = None, testable: bool = True, decided: bool = True) -> Claim:
     """A `Claim` for `id`: its text and paper value from `paper_values()`, and what we measured.
 
     Parameters
@@ -171,6 +176,9 @@ def check(id: str, measured: Any, passed: bool, threshold: str, required: bool =
     testable : bool
         Whether this run can test the claim at all (say why in `threshold` and `measured`). A claim
         that is not testable neither holds nor fails: pass `passed=False`.
+    decided : bool
+        Whether the evidence decides the claim (`share_verdict`'s verdict is not "undecided"). A
+        claim that is undecided neither holds nor fails: pass `passed=False`.
 
     Returns
     -------
@@ -179,8 +187,8 @@ def check(id: str, measured: Any, passed: bool, threshold: str, required: bool =
     Raises
     ------
     ValueError
-        If `id` is not in the table, `passed` is not a bool, or a claim that is not testable is
-        required or said to pass.
+        If `id` is not in the table, `passed` is not a bool, or a claim that is not testable or
+        undecided is required or said to pass.
     """
     table = paper_table if paper_table is not None else paper_values()
     if id not in table:
@@ -191,8 +199,12 @@ def check(id: str, measured: Any, passed: bool, threshold: str, required: bool =
     if not testable and (passed or required):
         raise ValueError(f"{id}: a claim this run cannot test can neither pass nor be required "
                          f"(passed={bool(passed)}, required={required})")
+    if not decided and (passed or required):
+        raise ValueError(f"{id}: an undecided claim can neither pass nor be required "
+                         f"(passed={bool(passed)}, required={required})")
     return Claim(id=id, claim=table[id]["claim"], paper=table[id]["paper"], measured=measured,
-                 threshold=threshold, passed=bool(passed), required=required, testable=bool(testable))
+                 threshold=threshold, passed=bool(passed), required=required, testable=bool(testable),
+                 decided=bool(decided))
 
 
 def _fmt(x: Any) -> str:
@@ -227,7 +239,7 @@ def assert_required(claims: list[Claim]) -> None:
 
 
 def claim_status(claim: Claim | dict) -> str:
-    """A claim's verdict in words: 'pass'/'FAIL' when required, else 'holds', 'does not hold' or 'not testable'.
+    """A claim's verdict in words: 'pass'/'FAIL' when required, else 'holds', 'does not hold', 'undecided' or 'not testable'.
 
     Parameters
     ----------
@@ -240,7 +252,9 @@ def claim_status(claim: Claim | dict) -> str:
     """
     c = claim if isinstance(claim, dict) else asdict(claim)
     if c["required"]: return "pass" if c["passed"] else "FAIL"
-    return "holds" if c["passed"] else "does not hold" if c.get("testable", True) else "not testable"
+    if c["passed"]: return "holds"
+    if not c.get("testable", True): return "not testable"
+    return "does not hold" if c.get("decided", True) else "undecided"
 
 
 def print_claims(claims: list[Claim], width: int = 79, max_lines: int = 4) -> None:
@@ -268,6 +282,42 @@ def print_claims(claims: list[Claim], width: int = 79, max_lines: int = 4) -> No
     for c in claims:
         print(f"{c.id:24s} {'required' if c.required else 'reported':9s} {claim_status(c)}",
               *fill("threshold", c.threshold), *fill("measured", _fmt(c.measured)), sep="\n")
+
+# %% ../nbs/01_results.ipynb #c4794504
+def share_verdict(k: int, n: int, z: float = 1.959963984540054) -> dict[str, Any]:
+    """The share `k`/`n` of units (seeds) on which a check holds, its Wilson interval and a three-state verdict.
+
+    Parameters
+    ----------
+    k : int
+        How many units pass (0 ≤ k ≤ n).
+    n : int
+        How many units there are (≥ 1).
+    z : float
+        The normal quantile of the interval (default: 95%).
+
+    Returns
+    -------
+    dict
+        `share`, `lo` and `hi` (the Wilson score interval), `n`, and `verdict`: "holds" if lo ≥ 1/2,
+        "fails" if hi < 1/2, else "undecided".
+
+    Raises
+    ------
+    ValueError
+        If `n` < 1 or `k` is not in 0..n.
+    """
+    if int(n) != n or n < 1:
+        raise ValueError(f"n must be a positive number of units, got {n!r}")
+    if int(k) != k or not 0 <= k <= n:
+        raise ValueError(f"k must be a count between 0 and n = {n}, got {k!r}")
+    k, n = int(k), int(n)
+    phat, z2 = k / n, z * z
+    mid = (phat + z2 / (2 * n)) / (1 + z2 / n)
+    half = z * math.sqrt(phat * (1 - phat) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    lo, hi = max(0.0, mid - half), min(1.0, mid + half)
+    verdict = "holds" if lo >= 0.5 else "fails" if hi < 0.5 else "undecided"
+    return {"share": phat, "lo": lo, "hi": hi, "n": n, "verdict": verdict}
 
 # %% ../nbs/01_results.ipynb #5a4fe641
 def _pinned_names() -> list[str]:
@@ -476,7 +526,7 @@ def scorecard_rows(preset: str, root: Path | None = None) -> list[dict[str, str]
     -------
     list of dict
         Strings ready for a table; `kind` is 'required' or 'reported', `status` 'pass'/'FAIL' for a
-        required claim and 'holds'/'does not hold'/'not testable' for a reported one.
+        required claim and 'holds'/'does not hold'/'undecided'/'not testable' for a reported one.
     """
     rows = []
     for chapter, res in load_results(preset, root).items():
@@ -524,7 +574,7 @@ def chapter_summaries(preset: str, root: Path | None = None) -> list[dict[str, A
     -------
     list of dict
         With `chapter`, `held`, `total`, `untestable` (claims the run could not test),
-        `failed_required` (ids), `code_key`
+        `undecided` (claims the run tested without deciding), `failed_required` (ids), `code_key`
         (`provenance()["key"]` at writing, None for files written before it was recorded),
         `written`, `wall_time_s` and `machine` (`coreinv.runtime.machine()` at writing, {} before
         it was recorded), in book order.
@@ -534,6 +584,7 @@ def chapter_summaries(preset: str, root: Path | None = None) -> list[dict[str, A
         claims = res.get("claims", [])
         out.append({"chapter": chapter, "held": sum(bool(c["passed"]) for c in claims), "total": len(claims),
                     "untestable": sum(not c.get("testable", True) for c in claims),
+                    "undecided": sum(not c.get("decided", True) for c in claims),
                     "failed_required": [c["id"] for c in claims if c["required"] and not c["passed"]],
                     "code_key": res.get("provenance", {}).get("key"), "written": res.get("written"),
                     "wall_time_s": float(res.get("wall_time_s") or 0.0), "machine": res.get("machine", {})})

@@ -184,7 +184,11 @@ def _schedule(opt, schedule: str, lr: float, steps: int, pct_start: float):
     if schedule == "onecycle":
         return torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps,
                                                    pct_start=pct_start, cycle_momentum=False)
-    raise ValueError(f"schedule must be 'constant' or 'onecycle', got {schedule!r}")
+    if schedule == "warmup":        # onecycle's warm-up (lr/25 → lr, cosine, its phase end), then lr held
+        n = max(1.0, float(pct_start * steps) - 1)
+        return torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda t: 1.0 if t >= n else 1 / 25 + (1 - 1 / 25) * (1 - math.cos(math.pi * t / n)) / 2)
+    raise ValueError(f"schedule must be 'constant', 'onecycle' or 'warmup', got {schedule!r}")
 
 
 def _save_atomic(obj: Any, path: Path) -> None:
@@ -279,7 +283,7 @@ def train(model: torch.nn.Module, batch_fn: Callable[[torch.Generator], Any],
     steps : int
         Number of AdamW updates.
     lr, betas, weight_decay, schedule, pct_start, grad_clip, seed
-        The optimiser, its schedule (`"constant"` or `"onecycle"`), gradient clipping and the seed of
+        The optimiser, its schedule (`"constant"`, `"onecycle"` or `"warmup"`), gradient clipping and the seed of
         `gen` and of the global torch RNG during the run.
     eval_fn : callable, optional
         `eval_fn(model)` returns a dict of metrics for each logged row (run under `no_grad`, eval mode).

@@ -33,8 +33,9 @@ def test_committed_results(preset, chapter):
     assert {"claims", "config", "seeds", "versions", "device", "wall_time_s"} <= set(res)
     assert res["claims"], "a results file without claims"
     for c in res["claims"]:
-        assert set(c) == {"id", "claim", "paper", "measured", "threshold", "passed", "required", "testable"}
+        assert set(c) == {"id", "claim", "paper", "measured", "threshold", "passed", "required", "testable", "decided"}
         assert c["testable"] or not (c["passed"] or c["required"]), f"{c['id']}: not testable, yet passed or required"
+        assert c["decided"] or not (c["passed"] or c["required"]), f"{c['id']}: undecided, yet passed or required"
         assert c["id"] in PAPER and c["id"].startswith(CLAIM_PREFIX.get(chapter, chapter) + "."), c["id"]
         assert c["claim"] == PAPER[c["id"]]["claim"], f"{c['id']}: claim text differs from paper_values.json"
         assert isinstance(c["passed"], bool)

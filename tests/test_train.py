@@ -163,3 +163,17 @@ def test_a_save_writes_a_temporary_of_its_own_and_a_failed_one_keeps_the_old_fil
     with pytest.raises(Exception):
         tr._save_atomic({"f": lambda: 0}, path)                     # a lambda cannot be pickled
     assert torch.load(path) == {"x": 2} and [p.name for p in tmp_path.iterdir()] == ["a.pt"]
+
+
+def test_warmup_schedule_rises_then_holds():
+    """`schedule="warmup"` (issue 42): one-cycle's warm-up from lr/25 to lr over pct_start of the steps, then lr held
+    to the end, so that weight-decay time ∫ lr·ω dt keeps growing; one-cycle's lr ends near 0."""
+    log = train(small(), copy_batch, copy_loss, **(KW | dict(steps=40, log_every=1, schedule="warmup",
+                                                             pct_start=0.25)))
+    lr = np.asarray(log["lr"])                              # the lr of the next update, at each logged step
+    assert np.isclose(lr[0], 1e-2 / 25) and np.all(np.diff(lr[:10]) > 0)
+    assert np.allclose(lr[9:], 1e-2)
+    one = np.asarray(train(small(), copy_batch, copy_loss, **(KW | dict(steps=40, log_every=1, pct_start=0.25)))["lr"])
+    assert np.allclose(one[:10], lr[:10]) and one[-1] < 1e-4           # the same warm-up; one-cycle then decays
+    with pytest.raises(ValueError, match="'warmup'"):
+        train(small(), copy_batch, copy_loss, **(KW | dict(schedule="cosine")))

@@ -1,6 +1,7 @@
 """The pilots behind the grokking chapter's optimiser (see the comment above `_grok_opt` in coreinv/tasks/grokking/presets.py).
 
-Each candidate is the `book` run (d_model 128, p = 59, 3000 steps, one-cycle lr) with ONE change, judged on
+Each candidate is the `book` run of the time (d_model 128, p = 59, 3000 steps, one-cycle lr; issue 42 has since
+moved the book to d_model 64, 3500 steps and a held lr) with ONE change, judged on
 τ_grok and the test-accuracy trace only (no cores are measured). The rule, written before any of these runs:
 
 * a candidate passes a seed when τ_grok ≤ 700 and no logged test accuracy after τ_grok + 50 is below 0.9;
@@ -16,6 +17,7 @@ with ω doubled (lr·ω held).
 """
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 from coreinv.tasks.grokking.presets import SIZES
 from coreinv.tasks.grokking.training import grokking_run, grokking_times, log_columns
@@ -55,7 +57,8 @@ def judge(run, s) -> dict:
 
 
 if __name__ == "__main__":
-    s = SIZES.at("book")
+    # the book setup these pilots were run against (before issue 42 changed the model, steps and schedule)
+    s = SimpleNamespace(**(dict(SIZES.at("book")) | dict(d_model=128, d_mlp=512, steps=3000, seeds=(0, 1, 2))))
     model_kw = dict(n_layers=s.n_layers, d_model=s.d_model, n_heads=s.n_heads, d_mlp=s.d_mlp)
     base = dict(p=s.p, train_frac=s.train_frac, steps=s.steps, lr=s.lr, betas=tuple(s.betas),
                 weight_decay=s.weight_decay, schedule="onecycle", pct_start=s.pct_start, grad_clip=s.grad_clip,

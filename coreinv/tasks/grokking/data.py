@@ -199,7 +199,9 @@ def evaluate(model, data: ModularData) -> dict[str, float]:
     Returns
     -------
     dict
-        `train_loss`, `train_acc`, `test_loss`, `test_acc` (cross-entropy over the p residues).
+        `train_loss`, `train_acc`, `test_loss`, `test_acc` (cross-entropy over the p residues), and on
+        the training pairs `max_logit` (the largest answer logit) and `collapse_share` (the share whose
+        float32 softmax gives the label probability exactly 1).
     """
     logits = answer_logits(model, data)                                      # [p*p, p]
     out = {}
@@ -207,4 +209,7 @@ def evaluate(model, data: ModularData) -> dict[str, float]:
         lg, y = logits[rows], data.labels[rows]
         out[f"{split}_loss"] = float(F.cross_entropy(lg, y))
         out[f"{split}_acc"] = float((lg.argmax(-1) == y).float().mean())
+    lg, y = logits[data.train].float(), data.labels[data.train]            # [n_train, p], [n_train]
+    out["max_logit"] = float(lg.max())
+    out["collapse_share"] = float((lg.softmax(-1).gather(1, y[:, None]) == 1.0).float().mean())
     return out

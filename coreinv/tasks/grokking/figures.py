@@ -12,8 +12,8 @@ from .scaling import predict_tau
 from .training import log_columns, weight_decay_time
 
 # %% auto #0
-__all__ = ['plot_accuracy', 'mark_weight_decay_multiple', 'plot_core_dims', 'plot_eigs', 'plot_scaling', 'plot_inflation',
-           'add_weight_decay_axis']
+__all__ = ['plot_accuracy', 'plot_dip_signature', 'mark_weight_decay_multiple', 'plot_core_dims', 'plot_eigs', 'plot_scaling',
+           'plot_inflation', 'add_weight_decay_axis']
 
 # %% ../../../nbs/22_grokking_figures.ipynb #93940152
 def _mark_times(ax, times, lw: float = 1, labelled: bool = True):
@@ -58,6 +58,52 @@ def plot_accuracy(ax, log, times: dict, omega: float, wd_multiple: float | None 
     ax.set_ylabel("accuracy")
     return ax
 
+
+
+def plot_dip_signature(ax, log, times: dict):
+    """Under an accuracy trace: what happens in a dip (gradient norm, largest answer logit, weight norm, softmax collapse).
+
+    The gradient norm (log scale, left axis) jumps in a loss spike; the largest answer logit and the weight
+    norm (right axis) say whether logits or weights grew before it; a share of training pairs in float32
+    softmax collapse above 0 is printed in the legend (Prieto et al.'s mechanism; absent when it stays 0).
+
+    Parameters
+    ----------
+    ax : matplotlib Axes
+        Its x axis is the training step.
+    log : TrainLog or list of dict
+        With the columns `train_modular` logs: `step`, `grad_norm`, `max_logit`, `weight_norm`,
+        `collapse_share`.
+    times : dict
+        `grokking_times`'s result, marked as in `plot_accuracy`.
+
+    Returns
+    -------
+    (Axes, Axes)
+        `ax` (gradient norm) and its twin (largest logit, weight norm).
+
+    Raises
+    ------
+    ValueError
+        If the log lacks a column (a log written before these were recorded).
+    """
+    c = log_columns(log)
+    need = ("step", "grad_norm", "max_logit", "weight_norm", "collapse_share")
+    if missing := [k for k in need if k not in c]:
+        raise ValueError(f"the log has no {', '.join(missing)} column: retrain with this version's train_modular")
+    ax.semilogy(c["step"], c["grad_norm"], lw=0.8, color="C3", label="gradient norm")
+    ax.set_ylabel("gradient norm")
+    _mark_times(ax, times, lw=0.8, labelled=False)
+    tw = ax.twinx()
+    tw.plot(c["step"], c["max_logit"], lw=0.8, color="C2", label="largest logit")
+    tw.plot(c["step"], c["weight_norm"], lw=0.8, color="C7", label="weight norm")
+    tw.set_ylabel("logit, weight norm")
+    most = float(np.nanmax(c["collapse_share"]))
+    lines = ax.get_lines()[:1] + tw.get_lines()
+    words = "in no training pair" if most == 0 else f"in at most {most:.1%} of the training pairs"
+    ax.legend(lines, [l.get_label() for l in lines], fontsize=7, loc="upper right", ncol=3, framealpha=0.7,
+              title=f"float32 softmax collapse {words}", title_fontsize=7)
+    return ax, tw
 
 def mark_weight_decay_multiple(ax, log, omega: float, tau_grok: int | None, multiple: float):
     """A dash-dotted line at the step where the weight-decay time ∫ lr·ω dt reaches `multiple` × its value at τ_grok.

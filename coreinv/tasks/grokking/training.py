@@ -220,6 +220,12 @@ def make_modular_model(p: int, n_layers: int = 2, d_model: int = 128, n_heads: i
                             normalization_type=normalization_type, device=device)
 
 
+def _grad_norm(model) -> float:
+    "The global 2-norm of the gradients of the update just made (NaN before the first)."
+    g = [p.grad.detach().double().pow(2).sum() for p in model.parameters() if p.grad is not None]
+    return float(torch.stack(g).sum().sqrt()) if g else float("nan")
+
+
 def train_modular(model, data: ModularData, steps: int, *, lr: float = 3e-3, weight_decay: float = 1.0,
                   betas: tuple[float, float] = (0.9, 0.98), schedule: str = "constant", pct_start: float = 0.3,
                   grad_clip: float | None = None, loss_dtype: str | None = None, seed: int = 0, log_every: int = 10,
@@ -248,7 +254,9 @@ def train_modular(model, data: ModularData, steps: int, *, lr: float = 3e-3, wei
     Returns
     -------
     (TrainLog, dict)
-        The log (with `evaluate`'s columns) and the snapshots by step, in step order.
+        The log (with `evaluate`'s columns, the weight norm, and `grad_norm`: the global gradient norm of
+        the update at each logged step, whose jumps mark the loss spikes) and the snapshots by step, in
+        step order.
 
     Raises
     ------
@@ -277,7 +285,8 @@ def train_modular(model, data: ModularData, steps: int, *, lr: float = 3e-3, wei
     log = train(model, lambda gen: (x.to(dev), y.to(dev)),
                 lambda m, b: F.cross_entropy(cast(answer_forward(m, b[0])[:, :data.p]), b[1]), steps,
                 lr=lr, betas=betas, schedule=schedule, pct_start=pct_start, grad_clip=grad_clip,
-                weight_decay=weight_decay, seed=seed, eval_fn=lambda m: evaluate(m, data), callback=callback,
+                weight_decay=weight_decay, seed=seed, callback=callback,
+                eval_fn=lambda m: evaluate(m, data) | {"grad_norm": _grad_norm(m)},
                 log_every=log_every, checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every,
                 threads=threads, progress=progress, desc=desc)
     if snapdir is not None and snapdir.exists():                       # a resumed run: earlier snapshots
