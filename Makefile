@@ -69,7 +69,7 @@ publish: book
 # (pytest-xdist), a file (a notebook) each: by default one more than the cores, since each waits part of the time
 # on its kernels and subprocesses (on 2 cores, one run each: 3 workers 298 s, 2 workers 312 s).
 SLOW_TESTS := nbs/chapters tests/test_chapter_results.py tests/test_book.py tests/test_book_build.py tests/test_browser.py \
-	tests/test_gpu_cells.py tests/test_pretrained.py
+	tests/test_gpu_cells.py tests/test_pretrained.py tests/test_kernel_regimes.py
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 test-fast: install
 	COREINV_PRESET=ci $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(addprefix --ignore=,$(SLOW_TESTS))
@@ -81,7 +81,8 @@ test-fast: install
 # chapters' claims. test_pretrained (both packaged LMs against transformers' own GGUF load) joins the first, and so does
 # test-tl4 (install ~160 s, tests ~110 s): measured 2026-12-03 in a fresh clone, the first session 363 s without it, the
 # second 489 s.
-CHAPTERS_A := nbs/chapters/grokking.ipynb nbs/chapters/agreement.ipynb tests/test_chapter_results.py tests/test_pretrained.py
+CHAPTERS_A := nbs/chapters/grokking.ipynb nbs/chapters/agreement.ipynb tests/test_chapter_results.py tests/test_pretrained.py \
+	tests/test_kernel_regimes.py
 CHAPTERS_B := nbs/chapters/markov.ipynb nbs/chapters/sae_gap.ipynb tests/test_chapter_results.py \
 	tests/test_book.py tests/test_book_build.py tests/test_browser.py tests/test_gpu_cells.py
 test: test-fast

@@ -37,7 +37,7 @@ from coreinv_kernels import UnixSocketKernelManager  # noqa: E402  every kernel 
 
 CHAPTERS = Path(__file__).resolve().parent / "nbs" / "chapters"
 INLINE_BACKEND = "module://matplotlib_inline.backend_inline"  # as _ext/coreinv_book.py
-READS_CHAPTERS = {"chapter_run", "built_book"}  # fixtures whose tests run after the chapters' nbval run
+READS_CHAPTERS = {"chapter_run", "built_book", "regime_runs"}  # fixtures whose tests run after the chapters' nbval run
 KERNEL_TOOL = Path(__file__).resolve().parent / "tools" / "preloaded_kernel.py"
 
 
