@@ -49,8 +49,11 @@ def test_the_layers_cover_the_package():
 # as one page. tasks.agreement.axis (617) was at the cap when issue 22 gave `agreement_model` (the one
 # dispatch from a TrainedLM of any kind to its AgreementModel) its home beside word_model and hf_model,
 # which it chooses between; its seam is the flip (flip_generation, flip_coordination, about 130 lines).
+# results (638) grew past the cap when issue 42 gave verdicts a third state (share_verdict, Claim.decided); it
+# holds claims and verdicts, the results files, and provenance with staleness, and its seam is the last
+# (provenance, stale_results, notebook_hash: about 150 lines), left for issue 44's split of the library pages.
 MAX_LINES = 600
-LONG = {"coreinv.sae": 663, "coreinv.tasks.agreement.axis": 617}
+LONG = {"coreinv.sae": 663, "coreinv.tasks.agreement.axis": 617, "coreinv.results": 638}
 
 
 @pytest.mark.parametrize("module", MODULES)
