@@ -27,10 +27,11 @@ _EXPORTS = {
     "calibration": ["CalibrationData", "collect_triples", "check_update", "fit_realisations"],
     "dictionaries": ["IdentityDictionary", "PCADictionary", "RandomProjectionDictionary",
                      "RandomFourierDictionary", "SpectralDictionary", "SAEDictionary"],
+    "das": ["fit_das", "interchange"],
     "koopman": ["EDMDc"],
     "spectra": ["spectral_distance", "split_half_curve", "SplitHalfCurve", "invariance_residual",
                 "InvarianceResidual", "henrici", "eigvec_condition", "leading_modes", "mode_pca_angles"],
-    "models": ["load_local"],
+    "models": ["load_local", "last_position"],
     "pretrained": ["pretrained"],
     "sae": ["SparseAutoencoder", "SAE", "sae_metrics", "ce_loss_recovered"],
 }
@@ -43,6 +44,7 @@ if TYPE_CHECKING:                                 # for IDEs and type checkers; 
     from .multihook import fit_hooks
     from .base import Core, clone
     from .calibration import CalibrationData, check_update, collect_triples, fit_realisations
+    from .das import fit_das, interchange
     from .compare import cca, cca_align, procrustes, projector_overlap, spearman, weight_cosine
     from .dictionaries import (IdentityDictionary, PCADictionary, RandomFourierDictionary,
                                RandomProjectionDictionary, SAEDictionary, SpectralDictionary)
@@ -50,7 +52,7 @@ if TYPE_CHECKING:                                 # for IDEs and type checkers; 
     from .identify import fit_operator, lagged_pairs, match_spectra, operator_spectrum
     from .koopman import EDMDc
     from .merge import core_aligned_rotation, fold_layernorm, interpolate, rotate_residual
-    from .models import load_local
+    from .models import last_position, load_local
     from .pretrained import pretrained
     from .sae import SAE, SparseAutoencoder, ce_loss_recovered, sae_metrics
     from .spectra import (InvarianceResidual, SplitHalfCurve, eigvec_condition, henrici, invariance_residual,

@@ -188,7 +188,10 @@ def _schedule(opt, schedule: str, lr: float, steps: int, pct_start: float):
         n = max(1.0, float(pct_start * steps) - 1)
         return torch.optim.lr_scheduler.LambdaLR(
             opt, lambda t: 1.0 if t >= n else 1 / 25 + (1 - 1 / 25) * (1 - math.cos(math.pi * t / n)) / 2)
-    raise ValueError(f"schedule must be 'constant', 'onecycle' or 'warmup', got {schedule!r}")
+    if schedule == "linear":        # Nanda et al.'s: lr · min(t / n, 1), from 0 over n = pct_start · steps, then held
+        n = max(1, round(pct_start * steps))
+        return torch.optim.lr_scheduler.LambdaLR(opt, lambda t: min(t / n, 1.0))
+    raise ValueError(f"schedule must be 'constant', 'onecycle', 'warmup' or 'linear', got {schedule!r}")
 
 
 def _save_atomic(obj: Any, path: Path) -> None:
@@ -263,7 +266,7 @@ def _cpu_threads(model: torch.nn.Module, threads: int | None):
 
 def train(model: torch.nn.Module, batch_fn: Callable[[torch.Generator], Any],
           loss_fn: Callable[[torch.nn.Module, Any], Tensor], steps: int, *, lr: float = 1e-3,
-          betas: tuple[float, float] = (0.9, 0.98), weight_decay: float = 0.0,
+          betas: tuple[float, float] = (0.9, 0.98), eps: float = 1e-8, weight_decay: float = 0.0,
           schedule: str = "constant", pct_start: float = 0.3, grad_clip: float | None = None,
           seed: int = 0, eval_fn: Callable[[torch.nn.Module], dict] | None = None,
           callback: Callable[[int, torch.nn.Module, dict | None], bool] | None = None,
@@ -282,9 +285,9 @@ def train(model: torch.nn.Module, batch_fn: Callable[[torch.Generator], Any],
         `loss_fn(model, batch)` returns the scalar loss.
     steps : int
         Number of AdamW updates.
-    lr, betas, weight_decay, schedule, pct_start, grad_clip, seed
-        The optimiser, its schedule (`"constant"`, `"onecycle"` or `"warmup"`), gradient clipping and the seed of
-        `gen` and of the global torch RNG during the run.
+    lr, betas, eps, weight_decay, schedule, pct_start, grad_clip, seed
+        The optimiser (`eps`: Adam's ε, PyTorch's default 1e-8), its schedule (`"constant"`, `"onecycle"`,
+        `"warmup"` or `"linear"`), gradient clipping and the seed of `gen` and of the global torch RNG during the run.
     eval_fn : callable, optional
         `eval_fn(model)` returns a dict of metrics for each logged row (run under `no_grad`, eval mode).
     callback : callable, optional
@@ -310,7 +313,7 @@ def train(model: torch.nn.Module, batch_fn: Callable[[torch.Generator], Any],
     Raises
     ------
     ValueError
-        On a bad `steps`, `log_every`, `threads` or `schedule`, on `checkpoint_every` without
+        On a bad `steps`, `log_every`, `threads`, `eps` or `schedule`, on `checkpoint_every` without
         `checkpoint_dir`.
     """
     if not isinstance(steps, int) or steps < 1:
@@ -321,9 +324,11 @@ def train(model: torch.nn.Module, batch_fn: Callable[[torch.Generator], Any],
         raise ValueError("checkpoint_every was given but checkpoint_dir is None")
     if threads is not None and (not isinstance(threads, int) or threads < 1):
         raise ValueError(f"threads must be a positive int or None, got {threads!r}")
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=betas, weight_decay=weight_decay)
+    if not eps > 0:
+        raise ValueError(f"eps (Adam's ε) must be > 0, got {eps!r}")
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
     sched = _schedule(opt, schedule, lr, steps, pct_start)
-    hparams = dict(steps=steps, lr=lr, betas=list(betas), weight_decay=weight_decay,
+    hparams = dict(steps=steps, lr=lr, betas=list(betas), eps=eps, weight_decay=weight_decay,
                    schedule=schedule, pct_start=pct_start, grad_clip=grad_clip, seed=seed)
     gen = torch.Generator().manual_seed(seed)
     log, start = TrainLog(), 0

@@ -11,11 +11,16 @@ moved the book to d_model 64, 3500 steps and a held lr) with ONE change, judged 
   grokking inside the `book` budget); if none passes, the setup stays and the chapter says so.
 
 The candidates (issue 26): β₂ = 0.999; no LayerNorm with a float64 loss (Nanda et al.'s recipe); lr halved
-with ω doubled (lr·ω held).
+with ω doubled (lr·ω held). Four more from the literature (issue 42, item 2; tried by hand first, then run
+here under the same rule): Nanda et al.'s schedule (a 10-step linear warm-up from 0, then lr 1e-3 held), the
+same without LayerNorm, the StableMax loss (Prieto et al. 2025) and Adam's ε = 1e-3 (Thilak et al. 2022; the
+chapter's is PyTorch's 1e-8).
 
-    python tools/grokking_pilots.py            # writes results/pilots/grokking.json (the chapter shows it)
+    python tools/grokking_pilots.py            # runs every candidate, writes results/pilots/grokking.json
+    python tools/grokking_pilots.py NAME ...   # runs the named candidates only; the record keeps the others' runs
 """
 import json
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -25,7 +30,13 @@ from coreinv.train import map_processes
 
 CANDIDATES = {"betas (0.9, 0.999)": dict(betas=(0.9, 0.999)),
               "no LayerNorm, float64 loss": dict(model_kw=dict(normalization_type=None), loss_dtype="float64"),
-              "lr 1.5e-3, ω = 2 (lr·ω held)": dict(lr=1.5e-3, weight_decay=2.0)}
+              "lr 1.5e-3, ω = 2 (lr·ω held)": dict(lr=1.5e-3, weight_decay=2.0),
+              "Nanda's schedule (10-step linear warm-up, lr 1e-3)": dict(schedule="linear", pct_start=10 / 3000,
+                                                                        lr=1e-3),
+              "Nanda's schedule, no LayerNorm": dict(schedule="linear", pct_start=10 / 3000, lr=1e-3,
+                                                     model_kw=dict(normalization_type=None)),
+              "StableMax loss": dict(loss="stablemax"),
+              "Adam ε = 1e-3": dict(eps=1e-3)}
 TAU_MAX, LEVEL, SEEDS = 700, 0.9, (0, 1, 2)
 RULE = (f"a candidate passes a seed when τ_grok ≤ {TAU_MAX} and no logged test accuracy after τ_grok + 50 is "
         f"below {LEVEL}; it passes when it passes seeds {', '.join(map(str, SEEDS))} (seed 0 first, then seeds 1 "
@@ -33,11 +44,14 @@ RULE = (f"a candidate passes a seed when τ_grok ≤ {TAU_MAX} and no logged tes
 OUT = Path(__file__).resolve().parents[1] / "results" / "pilots" / "grokking.json"
 
 
-def make_record(out: dict, s) -> dict:
-    "The JSON record the chapter reads (`coreinv.results.pilot_record('grokking')`): rule, runs, traces, choice."
-    runs = {n: {str(sd): {k: v for k, v in r.items() if k != "log"}
-                | {"trace": {k: log_columns(r["log"])[k][::2].tolist() for k in ("step", "test_acc")}}
-                for sd, r in by_seed.items()} for n, by_seed in out.items()}
+def make_record(out: dict, s, kept: dict | None = None) -> dict:
+    """The JSON record the chapter reads (`coreinv.results.pilot_record('grokking')`): rule, runs, traces, choice.
+    `kept`: the runs of an earlier record, for the candidates not run now."""
+    new = {n: {str(sd): {k: v for k, v in r.items() if k != "log"}
+               | {"trace": {k: log_columns(r["log"])[k][::2].tolist() for k in ("step", "test_acc")}}
+               for sd, r in by_seed.items()} for n, by_seed in out.items()}
+    kept = kept or {}
+    runs = {n: new[n] if n in new else kept[n] for n in CANDIDATES if n in new or n in kept}
     passing = [n for n, by_seed in runs.items()
                if len(by_seed) == len(SEEDS) and all(r["passes"] for r in by_seed.values())]
     chosen = min(passing, key=lambda n: sum(r["tau_grok"] for r in runs[n].values())) if passing else None
@@ -69,8 +83,13 @@ if __name__ == "__main__":
         mk = model_kw | c.pop("model_kw", {})
         return base | c | dict(seed=seed, model_kw=mk)
 
-    out = {name: {} for name in CANDIDATES}
-    alive = list(CANDIDATES)
+    names = sys.argv[1:] or list(CANDIDATES)
+    unknown = [n for n in names if n not in CANDIDATES]
+    if unknown:
+        sys.exit(f"unknown candidate(s) {unknown}; the candidates are {list(CANDIDATES)}")
+    kept = json.loads(OUT.read_text(encoding="utf-8"))["runs"] if OUT.exists() else {}
+    out = {name: {} for name in names}
+    alive = list(names)
     for stage in ((0,), (1, 2)):
         todo = [(n, sd) for n in alive for sd in stage]
         if not todo: break
@@ -79,7 +98,7 @@ if __name__ == "__main__":
             out[n][sd] = judge(run, s) | dict(log=run["log"])
             print(n, sd, {k: v for k, v in out[n][sd].items() if k != "log"}, flush=True)
         alive = [n for n in alive if all(r["passes"] for r in out[n].values())]
-    record = make_record(out, s)
+    record = make_record(out, s, kept)
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     print("chosen:", record["chosen"], "->", OUT)

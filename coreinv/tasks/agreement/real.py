@@ -22,7 +22,7 @@ from ...multihook import fit_hooks
 from .axis import AgreementModel, _groups, _signs, hf_model, last_acts, readout_pairs
 from ...ablate import ablate
 from .language import MinimalPair, default_lexicon
-from .rulers import _verb_numbers
+from .rulers import _reversed_mass, _tally_first_verbs, _verb_numbers
 
 # %% auto #0
 __all__ = ['verb_pieces', 'whole_verbs', 'real_model', 'scorable', 'layer_axes', 'split_pairs', 'interchange_sources',
@@ -308,35 +308,30 @@ def first_verb_flip(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str,
     """
     gen = torch.Generator().manual_seed(seed)
     num = _verb_numbers(am)                                               # token id → "sg" / "pl"
-    ids = torch.tensor(sorted(num))
     dev = next(am.model.parameters()).device
     tok = getattr(am.model, "tokenizer", None)
-    rev, agr, mass, ex = [], [], [], []
+    found, mass, ex = [], [], []
     for i, p in enumerate(pairs):
         at = None if starts is None else torch.tensor([int(starts[i])])
-        toks, found = list(am.encode(p.prefix)), None
+        toks, first = list(am.encode(p.prefix)), None
         with ablate(am.model, hook, core, "flip", pos=at) if core is not None else contextlib.nullcontext(), \
                 torch.no_grad():
             for step in range(max_new):
                 pr = am.logits(torch.tensor([toks], device=dev))[0, -1].double().softmax(-1).cpu()
                 if step == 0:
-                    wrong = torch.tensor([num[int(t)] != p.subject_number for t in ids])
-                    mass.append(float(pr[ids][wrong].sum() / pr[ids].sum()))
+                    mass.append(_reversed_mass(pr, num, p.subject_number))
                 nxt = int(torch.multinomial(pr, 1, generator=gen)) if sample else int(pr.argmax())
                 toks.append(nxt)
                 if nxt in num:
-                    found = num[nxt]
+                    first = num[nxt]
                     break
                 if nxt == am.eos:
                     break
-        rev.append(found is not None and found != p.subject_number)
-        agr.append(found == p.subject_number)
+        found.append(first)
         if len(ex) < 3:
             new = toks[len(am.encode(p.prefix)):]
             ex.append(p.prefix_text + " |" + (tok.decode(new) if tok is not None else str(new)))
-    rev, agr = np.array(rev), np.array(agr)
-    return dict(reversed=float(rev.mean()), agreeing=float(agr.mean()), no_verb=float((~rev & ~agr).mean()),
-                mass_reversed=float(np.mean(mass)), n=len(pairs), examples=ex)
+    return _tally_first_verbs(found, pairs, mass, ex)
 
 # %% ../../../nbs/29_agreement_real.ipynb #c0100845
 def shuffled_null(z1: np.ndarray, z2: np.ndarray, groups: Sequence, n_null: int = 50, seed: int = 0) -> float:

@@ -322,6 +322,22 @@ def _verb_numbers(am: AgreementModel) -> dict:
     return out
 
 
+def _reversed_mass(pr: Tensor, num: dict, subject_number: str) -> float:
+    "The next-token probability `pr` [d_vocab] on verb forms of the other number than `subject_number`, as a share of all verb forms'."
+    ids = torch.tensor(sorted(num))
+    wrong = torch.tensor([num[int(t)] != subject_number for t in ids])
+    return float(pr[ids][wrong].sum() / pr[ids].sum())
+
+
+def _tally_first_verbs(found: Sequence[str | None], pairs: Sequence[MinimalPair], mass: Sequence[float],
+                       examples: list) -> dict:
+    "The first-verb scores: each pair's first verb's number (`found`, None: no verb) against its subject's."
+    rev = np.array([f is not None and f != p.subject_number for f, p in zip(found, pairs)], dtype=bool)
+    agr = np.array([f == p.subject_number for f, p in zip(found, pairs)], dtype=bool)
+    return dict(reversed=float(rev.mean()), agreeing=float(agr.mean()), no_verb=float((~rev & ~agr).mean()),
+                mass_reversed=float(np.mean(mass)), n=len(pairs), examples=examples)
+
+
 def flip_first_verb(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str, core: Core | None,
                     starts: np.ndarray | None, max_new: int = 6, sample: bool = False, seed: int = 0,
                     progress: bool = False) -> dict:
@@ -357,27 +373,20 @@ def flip_first_verb(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str,
     """
     gen = torch.Generator().manual_seed(seed)
     num = _verb_numbers(am)
-    ids = torch.tensor(sorted(num))
     dev = next(am.model.parameters()).device
-    rev, agr, mass, ex = [], [], [], []
+    found, mass, ex = [], [], []
     for i, p in enumerate(tqdm(pairs, desc=f"first verb {am.name}", disable=not progress, leave=False)):
         at = None if starts is None else torch.tensor([int(starts[i])])
         with ablate(am.model, hook, core, "flip", pos=at) if core is not None else nullcontext(), torch.no_grad():
             pr = am.logits(torch.tensor([am.encode(p.prefix)], device=dev))[0, -1].double().softmax(-1).cpu()
             words = _generate(am, p.prefix, max_new, sample, gen)
-        pv = pr[ids]
-        wrong = torch.tensor([num[int(t)] != p.subject_number for t in ids])
-        mass.append(float(pv[wrong].sum() / pv.sum()))
+        mass.append(_reversed_mass(pr, num, p.subject_number))
         subj = subject_index(p)
         first = next((v for v in partial_labels(words) if v.subject_index == subj and v.index >= len(p.prefix)),
                      None)
-        n = None if first is None else first.verb_number
-        rev.append(n is not None and n != p.subject_number)
-        agr.append(n == p.subject_number)
+        found.append(None if first is None else first.verb_number)
         if len(ex) < 3: ex.append(" ".join(words))
-    rev, agr = np.array(rev), np.array(agr)
-    return dict(reversed=float(rev.mean()), agreeing=float(agr.mean()), no_verb=float((~rev & ~agr).mean()),
-                mass_reversed=float(np.mean(mass)), n=len(pairs), examples=ex)
+    return _tally_first_verbs(found, pairs, mass, ex)
 
 
 # %% ../../../nbs/28_agreement_rulers.ipynb #856fc631

@@ -36,7 +36,10 @@ __all__ = ['SIZES']
 #     (tools/grokking_pilots.py), did not remove them: gradient-norm clipping at 1 (τ_grok 630, lowest 0.02), peak lr
 #     1.5e-3 (1190, 0.23), betas (0.9, 0.95) (640, 0.07), betas (0.9, 0.9) (640, 0.23); then betas (0.9, 0.999),
 #     no LayerNorm with a float64 loss, and lr 1.5e-3 with ω = 2, each failing on seed 0 (results/pilots/grokking.json,
-#     shown in the chapter). They are not chased further: the training log records each dip's signature (gradient
+#     shown in the chapter); then four from the literature, run by the same tool and rule (issue 42): Nanda et al.'s
+#     schedule (10-step linear warm-up, lr 1e-3 held: τ_grok 1920, lowest 0.010), the same without LayerNorm (1470,
+#     0.64), the StableMax loss (610, 0.020) and Adam's ε = 1e-3 (540, 0.055), each failing on seed 0. They are not
+#     chased further: the training log records each dip's signature (gradient
 #     norm, largest logit, weight norm, softmax-collapse share; Figure 1), and stays_grokked is reported as found.
 #     normalization and loss_dtype are preset entries so that a passing pilot is one edit.
 # The rulers (set before the runs they judge): per-seed claims are judged on the seeds as a population

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
 from ...keys import digest
 from ...train import TrainLog, _save_atomic, make_transformer, map_processes, train
@@ -18,7 +19,8 @@ from .data import ModularData, answer_forward, evaluate, modular_data
 
 # %% auto #0
 __all__ = ['first_step', 'grokking_times', 'stable_steps', 'stays_grokked', 'weight_decay_time', 'crossing_step',
-           'make_modular_model', 'train_modular', 'log_columns', 'grokking_run', 'train_seeds']
+           'make_modular_model', 'train_modular', 'log_columns', 'stablemax_cross_entropy', 'grokking_run',
+           'train_seeds']
 
 # %% ../../../nbs/22_grokking_training.ipynb #5f8a4df4
 def first_step(steps, values, level: float) -> int | None:
@@ -228,7 +230,8 @@ def _grad_norm(model) -> float:
 
 def train_modular(model, data: ModularData, steps: int, *, lr: float = 3e-3, weight_decay: float = 1.0,
                   betas: tuple[float, float] = (0.9, 0.98), schedule: str = "constant", pct_start: float = 0.3,
-                  grad_clip: float | None = None, loss_dtype: str | None = None, seed: int = 0, log_every: int = 10,
+                  grad_clip: float | None = None, loss_dtype: str | None = None, loss: str = "cross_entropy",
+                  eps: float = 1e-8, seed: int = 0, log_every: int = 10,
                   snapshot_every: int | None = None, checkpoint_dir: str | Path | None = None,
                   checkpoint_every: int | None = None, stop_at: float | None = None, threads: int | None = 1,
                   progress: bool = True, desc: str = "grokking") -> tuple[TrainLog, dict[int, dict]]:
@@ -240,9 +243,12 @@ def train_modular(model, data: ModularData, steps: int, *, lr: float = 3e-3, wei
         Trained in place (`make_modular_model`).
     data : ModularData
     steps : int
-    lr, weight_decay, betas, schedule, pct_start, grad_clip, seed, log_every, checkpoint_dir, checkpoint_every, threads, progress, desc
+    lr, weight_decay, betas, eps, schedule, pct_start, grad_clip, seed, log_every, checkpoint_dir, checkpoint_every, threads, progress, desc
         As in `coreinv.train.train` (`schedule="onecycle"`: warm up for `pct_start` of the steps, then cosine
         down to ~0).
+    loss : {"cross_entropy", "stablemax"}
+        The training loss on the answer logits: softmax cross-entropy, or `stablemax_cross_entropy`
+        (Prieto et al. 2025). The log's `*_loss` columns are the cross-entropy either way.
     loss_dtype : {None, "float32", "float64"}
         Cast the answer logits to this dtype before the cross-entropy (None: the model's dtype). Nanda et al.'s
         grokking demo computes its loss in float64 to reduce the loss spikes ("slingshots").
@@ -262,8 +268,11 @@ def train_modular(model, data: ModularData, steps: int, *, lr: float = 3e-3, wei
     ------
     ValueError
         If `snapshot_every` < 1, or `stop_at` and `checkpoint_dir` are both given, or `loss_dtype` is not one of
-        None, "float32", "float64".
+        None, "float32", "float64", or `loss` is not one of "cross_entropy", "stablemax".
     """
+    losses = dict(cross_entropy=F.cross_entropy, stablemax=stablemax_cross_entropy)
+    if loss not in losses:
+        raise ValueError(f"loss must be 'cross_entropy' or 'stablemax', got {loss!r}")
     if loss_dtype not in (None, "float32", "float64"):
         raise ValueError(f"loss_dtype must be None, 'float32' or 'float64', got {loss_dtype!r}")
     cast = (lambda z: z) if loss_dtype is None else (lambda z: z.to(getattr(torch, loss_dtype)))
@@ -283,8 +292,8 @@ def train_modular(model, data: ModularData, steps: int, *, lr: float = 3e-3, wei
 
     dev = next(model.parameters()).device
     log = train(model, lambda gen: (x.to(dev), y.to(dev)),
-                lambda m, b: F.cross_entropy(cast(answer_forward(m, b[0])[:, :data.p]), b[1]), steps,
-                lr=lr, betas=betas, schedule=schedule, pct_start=pct_start, grad_clip=grad_clip,
+                lambda m, b: losses[loss](cast(answer_forward(m, b[0])[:, :data.p]), b[1]), steps,
+                lr=lr, betas=betas, eps=eps, schedule=schedule, pct_start=pct_start, grad_clip=grad_clip,
                 weight_decay=weight_decay, seed=seed, callback=callback,
                 eval_fn=lambda m: evaluate(m, data) | {"grad_norm": _grad_norm(m)},
                 log_every=log_every, checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every,
@@ -312,6 +321,24 @@ def log_columns(log) -> dict[str, np.ndarray]:
     rows = log.rows if hasattr(log, "rows") else list(log)
     keys = [k for k in rows[-1]] if rows else []
     return {k: np.array([r.get(k, np.nan) for r in rows], dtype=float) for k in keys}
+
+# %% ../../../nbs/22_grokking_training.ipynb #4f56d53b
+def stablemax_cross_entropy(logits: Tensor, labels: Tensor) -> Tensor:
+    """The StableMax cross-entropy of Prieto et al. (2025): −log s(x_y) / Σ_j s(x_j), s(x) = x + 1 (x ≥ 0), 1 / (1 − x) (x < 0).
+
+    Parameters
+    ----------
+    logits : Tensor [batch, n_classes]
+    labels : Tensor [batch]
+        Class indices.
+
+    Returns
+    -------
+    Tensor
+        The mean over the batch, a scalar in the logits' dtype.
+    """
+    s = torch.where(logits >= 0, logits.clamp(min=0) + 1, 1 / (1 - logits.clamp(max=0)))    # [batch, n_classes]
+    return (s.sum(-1).log() - s.gather(1, labels[:, None])[:, 0].log()).mean()
 
 # %% ../../../nbs/22_grokking_training.ipynb #62c21370
 def grokking_run(p: int, train_frac: float, steps: int, seed: int, *, model_kw: dict | None = None,
