@@ -50,8 +50,8 @@ def make_record(out: dict, s, kept: dict | None = None) -> dict:
     new = {n: {str(sd): {k: v for k, v in r.items() if k != "log"}
                | {"trace": {k: log_columns(r["log"])[k][::2].tolist() for k in ("step", "test_acc")}}
                for sd, r in by_seed.items()} for n, by_seed in out.items()}
-    kept = kept or {}
-    runs = {n: new[n] if n in new else kept[n] for n in CANDIDATES if n in new or n in kept}
+    merged = (kept or {}) | new
+    runs = {n: merged[n] for n in CANDIDATES if n in merged}
     passing = [n for n, by_seed in runs.items()
                if len(by_seed) == len(SEEDS) and all(r["passes"] for r in by_seed.values())]
     chosen = min(passing, key=lambda n: sum(r["tau_grok"] for r in runs[n].values())) if passing else None
