@@ -24,7 +24,7 @@ _EXPORTS = {
     "identify": ["fit_operator", "lagged_pairs", "match_spectra", "operator_spectrum"],
     "compare": ["projector_overlap", "cca", "procrustes", "cca_align", "weight_cosine", "spearman"],
     "merge": ["fold_layernorm", "rotate_residual", "interpolate", "core_aligned_rotation"],
-    "calibration": ["CalibrationData", "collect_triples", "check_update", "fit_realisations"],
+    "calibration": ["CalibrationData", "collect_triples", "cached_triples", "check_update", "fit_realisations"],
     "dictionaries": ["IdentityDictionary", "PCADictionary", "RandomProjectionDictionary",
                      "RandomFourierDictionary", "SpectralDictionary", "SAEDictionary"],
     "das": ["fit_das", "interchange"],
@@ -33,6 +33,7 @@ _EXPORTS = {
                 "InvarianceResidual", "henrici", "eigvec_condition", "leading_modes", "mode_pca_angles"],
     "models": ["load_local", "last_position"],
     "pretrained": ["pretrained"],
+    "text": ["documents", "token_windows", "model_samples"],
     "sae": ["SparseAutoencoder", "SAE", "sae_metrics", "ce_loss_recovered"],
 }
 _WHERE = {name: mod for mod, names in _EXPORTS.items() for name in names}     # name → module
@@ -43,7 +44,7 @@ if TYPE_CHECKING:                                 # for IDEs and type checkers; 
     from .ace import ACE
     from .multihook import fit_hooks
     from .base import Core, clone
-    from .calibration import CalibrationData, check_update, collect_triples, fit_realisations
+    from .calibration import CalibrationData, cached_triples, check_update, collect_triples, fit_realisations
     from .das import fit_das, interchange
     from .compare import cca, cca_align, procrustes, projector_overlap, spearman, weight_cosine
     from .dictionaries import (IdentityDictionary, PCADictionary, RandomFourierDictionary,
@@ -55,6 +56,7 @@ if TYPE_CHECKING:                                 # for IDEs and type checkers; 
     from .models import last_position, load_local
     from .pretrained import pretrained
     from .sae import SAE, SparseAutoencoder, ce_loss_recovered, sae_metrics
+    from .text import documents, model_samples, token_windows
     from .spectra import (InvarianceResidual, SplitHalfCurve, eigvec_condition, henrici, invariance_residual,
                           leading_modes, mode_pca_angles, spectral_distance, split_half_curve)
 

@@ -5,16 +5,21 @@
 # %% ../nbs/30_calibration.ipynb #41cc1845
 from __future__ import annotations
 
+import os
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from .base import clone
 from .hooks import _check_tokens, hook_names, record_activation
+from .keys import digest, function_key
+from .runtime import cache_dir
 
 # %% auto #0
-__all__ = ['CalibrationData', 'collect_triples', 'mlp_map', 'check_update', 'fit_realisations']
+__all__ = ['CalibrationData', 'collect_triples', 'cached_triples', 'mlp_map', 'check_update', 'fit_realisations']
 
 # %% ../nbs/30_calibration.ipynb #dec803c3
 @dataclass
@@ -163,13 +168,53 @@ def collect_triples(model, tokens, layers=None, positions=None, batch_size: int 
     get = lambda h: np.stack([np.concatenate(out[f"blocks.{l}.{h}"]) for l in layers])
     return CalibrationData(get("hook_resid_pre"), get("hook_attn_out"), get("hook_resid_post"), layers)
 
-# %% ../nbs/30_calibration.ipynb #8d604821
-def mlp_map(model, layer: int):
-    """m for block `layer`: x ↦ MLP(LN2(x)) (x ↦ 0 for attention-only models).
+# %% ../nbs/30_calibration.ipynb #a64df171
+def cached_triples(model, tokens, layers=None, positions=None, *, batch_size: int = 16, name: str = "triples",
+                   folder: str | Path | None = None) -> CalibrationData:
+    """`collect_triples`, saved once in the model cache and read back by the same call.
 
     Parameters
     ----------
-    model : HookedTransformer
+    model, tokens, layers, positions, batch_size
+        As in `collect_triples` (`tokens` as ids; text is tokenized first).
+    name : str
+        The file name's prefix, for people reading the cache (the key is in the rest of the name).
+    folder : str or Path, optional
+        Where the file goes; default `coreinv.runtime.cache_dir("triples")`.
+
+    Returns
+    -------
+    CalibrationData, equal to what `collect_triples` returns for the same arguments.
+    """
+    tokens, idx = _tokens(model, tokens, "cached_triples"), _layers(model, layers)
+    weights = {k: v for k, v in model.state_dict().items() if isinstance(v, torch.Tensor)}
+    pos = positions if positions is None or isinstance(positions, int) else (
+        (positions.start, positions.stop, positions.step) if isinstance(positions, slice) else list(positions))
+    key = digest(weights, tokens, idx, repr(pos), function_key(collect_triples))
+    path = Path(folder if folder is not None else cache_dir("triples")) / f"{name}-{key}.npz"
+    if path.is_file():
+        with np.load(path) as f:
+            return CalibrationData(*(f[k].astype(np.float64) for k in "XUY"), idx)
+    data = collect_triples(model, tokens, idx, positions, batch_size)
+    small = all(v.dtype == torch.float32 for v in weights.values() if v.is_floating_point())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-", suffix=".npz")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            np.savez(fh, **{k: getattr(data, k).astype(np.float32 if small else np.float64) for k in "XUY"})
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return data
+
+# %% ../nbs/30_calibration.ipynb #8d604821
+def mlp_map(model, layer: int):
+    """m for block `layer`: x ↦ MLP(LN2(x)), then the block's post-MLP norm where it has one (x ↦ 0 for attention-only models).
+
+    Parameters
+    ----------
+    model : HookedTransformer or TransformerBridge
     layer : int
         The block's index (this is a map of the block's weights, not an activation at a hook).
 
@@ -179,7 +224,9 @@ def mlp_map(model, layer: int):
     """
     block = model.blocks[layer]
     if getattr(model.cfg, "attn_only", False): return lambda x: torch.zeros_like(x)
-    return lambda x: block.mlp(block.ln2(x))
+    post = getattr(block, "ln2_post", None)                             # Gemma 2 and 3: a norm after the MLP
+    if post is None: return lambda x: block.mlp(block.ln2(x))
+    return lambda x: post(block.mlp(block.ln2(x)))
 
 
 def check_update(model, tokens, layers=None) -> dict[int, float]:

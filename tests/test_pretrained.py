@@ -55,3 +55,15 @@ def test_a_second_load_reads_the_cache(loaded, monkeypatch):
     tokens = model.to_tokens(HELD_OUT)
     with torch.no_grad():
         assert torch.equal(again(tokens), model(tokens))
+
+
+def test_update_equation_holds_through_the_hooks(loaded):
+    "x_{ℓ+1} = x_ℓ + u_ℓ + m(x_ℓ + u_ℓ) on every layer, m with Gemma's post-MLP norm (`mlp_map`); x + u alone is off."
+    from coreinv.calibration import check_update, collect_triples
+    spec, model, _ = loaded
+    tokens = model.to_tokens(HELD_OUT)
+    dev = check_update(model, tokens)
+    assert len(dev) == model.cfg.n_layers and max(dev.values()) < 1e-5, (spec.name, dev)
+    data = collect_triples(model, tokens, layers=[model.cfg.n_layers // 2])
+    x, u, y = data.layer(model.cfg.n_layers // 2)
+    assert abs(x + u - y).max() > 1e-2 * abs(y).max()                  # the MLP's share is not negligible
