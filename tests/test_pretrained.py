@@ -3,6 +3,7 @@ text, greedy text through the bridge's KV cache, the first token, and the model 
 Slow (Gemma's dequantisation takes minutes on 2 cores): `make test` runs it beside the chapters."""
 import sys
 
+import numpy as np
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
@@ -66,4 +67,7 @@ def test_update_equation_holds_through_the_hooks(loaded):
     assert len(dev) == model.cfg.n_layers and max(dev.values()) < 1e-5, (spec.name, dev)
     data = collect_triples(model, tokens, layers=[model.cfg.n_layers // 2])
     x, u, y = data.layer(model.cfg.n_layers // 2)
-    assert abs(x + u - y).max() > 1e-2 * abs(y).max()                  # the MLP's share is not negligible
+    # the MLP's share is not negligible: per row, not against the largest entry, which is the first token's
+    # massive activation (SmolLM2's layer 15: 2e4, where the MLP writes 27 and elsewhere ~20% of a row's norm)
+    share = np.linalg.norm(x + u - y, axis=1) / np.linalg.norm(y, axis=1)
+    assert np.median(share) > 1e-2, (spec.name, np.median(share))

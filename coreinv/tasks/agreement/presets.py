@@ -62,18 +62,23 @@ _agr_book_models = (_agr_ci_models[0], _agr_ci_models[1] | dict(steps=1200)) + (
 # the pretrained models (SmolLM2 471 s, Gemma 705 s, the control and loading the rest; the chapter 1693 s of the
 # issue's 15 min), so the book runs half the pairs and generations and 100 DAS steps (sizes chosen on that cost alone). paper: the paper's six models as
 # save_pretrained folders under COREINV_LLM_DIR (real_local, loaded by coreinv.models.load_local) beside them.
+# real_n_acc: `learned` on simple pairs of its own, real_n_acc per number (those every model scores whole). The
+# book run of 1f48b13 scored it on the analysis pairs, which at real_n_cell 2 hold 3 simple pairs that both
+# tokenizers score: the re-initialised control got 3 of 3 (1.00), so the check had no power to tell a trained
+# model from an untrained one. Accuracy costs one forward pass a pair (~0.05 s on SmolLM2), so it takes many
+# more at no noticeable cost: 32 per number at book (64 pairs with distinct prefixes), 8 at ci, 64 at paper.
 _agr_real = dict(real_models=("smollm2-135m", "gemma3-270m"), real_local=(), real_n_cell=2, real_layer_step=1,
-                 real_n_flip=12, real_max_new=4, das_steps=100, das_lr=1e-2, real_init_seed=0)
+                 real_n_flip=12, real_max_new=4, das_steps=100, das_lr=1e-2, real_init_seed=0, real_n_acc=32)
 SIZES = Presets("agreement",
                 ci=_agr_thr | _agr_real | dict(models=_agr_ci_models, n_sentences=20000, n_ctx=32, batch=32,
                                                n_test_per_cell=16, n_flip=24, n_boot=200,
                                                real_models=("smollm2-135m",), real_n_cell=1, real_layer_step=10,
-                                               real_n_flip=4, real_max_new=3, das_steps=20),
+                                               real_n_flip=4, real_max_new=3, das_steps=20, real_n_acc=8),
                 book=_agr_thr | _agr_real | dict(models=_agr_book_models, n_sentences=180000, n_ctx=32, batch=32,
                                                  n_test_per_cell=24, n_flip=48, n_boot=1000),
                 paper=_agr_thr | _agr_real | dict(models=tuple(m | dict(steps=4 * m["steps"]) for m in _agr_book_models),
                                                   n_sentences=200000, n_ctx=32, batch=64, n_test_per_cell=64,
-                                                  n_flip=200, n_boot=2000, real_n_cell=16, real_n_flip=200, das_steps=400,
+                                                  n_flip=200, n_boot=2000, real_n_cell=16, real_n_flip=200, das_steps=400, real_n_acc=64,
                                                   real_max_new=12,
                                                   real_local=("gpt2", "gpt2-medium", "gpt2-large", "Llama-3.1-8B",
                                                               "gemma-2-2b", "Qwen2.5-32B")))
