@@ -35,6 +35,11 @@ def test_page_is_clean(book_html, page):
     assert "from nbdev.showdoc import show_doc" not in text, f"{page}: a #| hide cell shows"
     hit = forbidden_hit(outputs_text(main), extra=[re.escape(str(REPO))])
     assert hit is None, f"{page}: {hit}"
+    # a Markdown table that an output displays renders as a table, not as lines of pipes (CommonMark,
+    # myst-nb's default for outputs, has no tables: _config.yml sets GFM)
+    pipes = [p.get_text()[:60] for p in main.find_all("p")
+             if re.match(r"\s*\|.*\|\s*$", p.get_text().split("\n")[0])]
+    assert not pipes, f"{page}: a Markdown table shows as text: {pipes[0]!r}"
 
 
 def _library_pages():
