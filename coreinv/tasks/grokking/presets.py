@@ -42,9 +42,9 @@ __all__ = ['SIZES']
 # The dips: test accuracy still collapses after τ_grok (loss spikes). Seven one-seed pilots of the earlier book setup
 #     (d_model 128, one-cycle, 3000 steps), each chosen before it ran and judged on τ_grok and the trace only
 #     (tools/grokking_pilots.py), did not remove them: gradient-norm clipping at 1 (τ_grok 630, lowest 0.02), peak lr
-#     1.5e-3 (1190, 0.23), betas (0.9, 0.95) (640, 0.07), betas (0.9, 0.9) (640, 0.23) (those four by hand, with older code; re-run through
-#     tools/grokking_pilots.py for issue 42: 610 / 0.034, 1360 / 0.24, 590 / 0.045, 660 / 0.062, each failing on seed 0);
-#     then betas (0.9, 0.999),
+#     1.5e-3 (1190, 0.23), betas (0.9, 0.95) (640, 0.07), betas (0.9, 0.9) (640, 0.23) (those four by hand, with
+#     older code; re-run through tools/grokking_pilots.py for issue 42: 610 / 0.034, 1360 / 0.24, 590 / 0.045,
+#     660 / 0.062, each failing on seed 0); then betas (0.9, 0.999),
 #     no LayerNorm with a float64 loss, and lr 1.5e-3 with ω = 2, each failing on seed 0 (results/pilots/grokking.json,
 #     shown in the chapter); then four from the literature, run by the same tool and rule (issue 42): Nanda et al.'s
 #     schedule (10-step linear warm-up, lr 1e-3 held: τ_grok 1920, lowest 0.010), the same without LayerNorm (1470,
