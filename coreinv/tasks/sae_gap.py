@@ -9,16 +9,23 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from ..dictionaries import (IdentityDictionary, PCADictionary, RandomFourierDictionary,
                                   RandomProjectionDictionary, SAEDictionary, SpectralDictionary)
-from ..invariance import SparseReLUDictionary
+from ..heldout import capped_directions
+from ..invariance import (BasisChange, LeastSquaresRealisation, SparseReLUDictionary, cv_ridge_readout,
+                                gap_cut, leading_mode_indices, rate_fit, removed_rms, restricted_edit,
+                                span_residual)
 from ..koopman import EDMDc
 from ..presets import Presets
+from ..spectra import depth_effects, project_out, spectral_distance
 
 
 # %% auto #0
-__all__ = ['SIZES', 'windows', 'lm_loss', 'trigram_loss', 'sae_dictionary', 'dictionary_roster', 'fit_on']
+__all__ = ['IOI_NAMES', 'IOI_TEMPLATE', 'SIZES', 'windows', 'lm_loss', 'trigram_loss', 'sae_dictionary', 'dictionary_roster',
+           'fit_on', 'roster_residuals', 'gap_table', 'gap_holds', 'rule_ratios', 'layer_rate', 'rate_summary',
+           'seed_spectra', 'intervention_effects', 'ioi_prompts', 'ioi_margin']
 
 # %% ../../nbs/37_tasks_sae_gap.ipynb #d4114f72
 def windows(vocab, sentences, n_windows: int, n_ctx: int):
@@ -246,6 +253,266 @@ def fit_on(dictionary, X, U, Y, rows) -> EDMDc:
     """
     return EDMDc(dictionary, fit_dictionary=False, ridge=1e-8, progress=False).fit(X[rows], U[rows], Y[rows])
 
+# %% ../../nbs/37_tasks_sae_gap.ipynb #14a970b6
+def roster_residuals(X, U, Y, train, test, saes: Mapping[str, Sequence], rs, n_rff: int,
+                     progress: bool = True) -> dict:
+    """The span residual of every dictionary of `dictionary_roster` at each size r: (name, r) -> list over seeds.
+
+    Parameters
+    ----------
+    X, U, Y : arrays [n, d_model]
+        One layer's states, attention writes and next states.
+    train, test : index arrays
+        Rows the dictionaries and regressions are fitted on, and rows they are scored on.
+    saes, n_rff
+        As in `dictionary_roster`.
+    rs : sequence of int
+        The sizes compared.
+    progress : bool
+        A progress bar over the dictionaries.
+
+    Returns
+    -------
+    dict (name, r) -> list of `SpanResidual`
+        In the roster's order, r by r; one entry per seed (PCA and spectral on identity: one).
+    """
+    jobs = [(r, n, d) for r in rs for n, ds in dictionary_roster(r, saes, X[train], n_rff).items() for d in ds]
+    res = {}
+    for r, name, d in tqdm(jobs, desc="dictionaries", disable=not progress):
+        res.setdefault((name, r), []).append(span_residual(d, X, U, Y, train, test))
+    return res
+
+
+def gap_table(res: Mapping, kinds: Sequence[str], rs) -> dict:
+    """The SAE gap's numbers per SAE kind and size, from `roster_residuals`' output (seed means).
+
+    Returns
+    -------
+    dict "SAE {kind}, r={r}" -> dict
+        `sae_variance`, `sae_frequency` (the SAE kept by each rule), `spectral_same_base` (spectral on
+        the same SAE's latents), `random`, `null_variance`, `null_frequency` (the sparse nulls), and
+        `capped`: per dictionary, the seeds' count of ill-conditioned directions (`capped_directions`).
+    """
+    mean = lambda name, r: float(np.mean([v.mean for v in res[name, r]]))
+    capped = lambda name, r: sum(capped_directions(v) for v in res[name, r])
+    return {f"SAE {kind}, r={r}": dict(
+        sae_variance=mean(f"SAE {kind}, variance", r), sae_frequency=mean(f"SAE {kind}, frequency", r),
+        spectral_same_base=mean(f"spectral on SAE {kind}", r), random=mean("random", r),
+        null_variance=mean(f"null {kind}, variance", r), null_frequency=mean(f"null {kind}, frequency", r),
+        capped={f"{n}{t}": capped(f"{n} {kind}{t}", r) for n, t in (
+            ("SAE", ", variance"), ("SAE", ", frequency"), ("null", ", variance"),
+            ("null", ", frequency"), ("spectral on SAE", ""))} | {"random": capped("random", r)})
+        for kind in kinds for r in rs}
+
+
+def gap_holds(rows: Mapping, thr_gap: float) -> bool:
+    "The gap rule on `gap_table` rows: on every row the smaller SAE residual ≥ thr_gap × max(spectral, random) and > both nulls."
+    return all(min(v["sae_variance"], v["sae_frequency"]) >= thr_gap * max(v["spectral_same_base"], v["random"])
+               and min(v["sae_variance"], v["sae_frequency"]) > max(v["null_variance"], v["null_frequency"])
+               for v in rows.values())
+
+
+def rule_ratios(rows: Mapping) -> dict:
+    "Per `gap_table` row, how much the selection rule matters: the larger SAE residual of the two rules over the smaller."
+    return {k.removeprefix("SAE "): max(v["sae_variance"], v["sae_frequency"])
+            / min(v["sae_variance"], v["sae_frequency"]) for k, v in rows.items()}
+
+# %% ../../nbs/37_tasks_sae_gap.ipynb #cf327e91
+def layer_rate(X, U, Y, n_rff: int, k_max: int, gap_factor: float, Ms, n_splits: int) -> dict:
+    """The split-half rate of one layer's spectrum, with k chosen by the gap rule before the rate is measured.
+
+    The layer's states are lifted once by `n_rff` random Fourier features (seed 0, no constant), so that
+    only the operator is re-estimated (`LeastSquaresRealisation`). k is the largest k ≤ `k_max` whose
+    modulus gap on the full layer data is ≥ `gap_factor` × the split-half distance between two random
+    halves of it (`gap_cut`); without such a gap there is no k and no rate.
+
+    Parameters
+    ----------
+    X, U, Y : arrays [n, d_model]
+        One layer's states, attention writes and next states.
+    n_rff, k_max, gap_factor
+        The lift's size, the largest k, the gap rule's factor.
+    Ms, n_splits
+        As in `rate_fit`.
+
+    Returns
+    -------
+    dict
+        `k` (None: no gap), `error` (the full-data split-half distance at k_max), `fit` (`RateFit` or
+        None), `moduli` (the top k_max + 1 eigenvalue moduli) and `lifted` (the features, the lifted
+        X, U and the lifted Y).
+    """
+    LS = LeastSquaresRealisation
+    f = RandomFourierDictionary(n_rff, seed=0, constant=False).fit(X)
+    FX, FY = f.transform(X), f.transform(Y)
+    p = np.random.default_rng(0).permutation(len(FX))
+    h1, h2 = p[:len(p) // 2], p[len(p) // 2:]
+    err = spectral_distance(LS().fit(FX[h1], U[h1], FY[h1]), LS().fit(FX[h2], U[h2], FY[h2]), k=k_max)
+    lam = LS().fit(FX, U, FY).eigvals_
+    k = gap_cut(lam, err, factor=gap_factor, k_max=k_max)
+    fit = rate_fit(FX, U, FY, Ms, LS, k=k, n_splits=n_splits, seed=0) if k else None
+    return dict(k=k, error=err, fit=fit, moduli=np.abs(lam[:k_max + 1]), lifted=(f, FX, U, FY))
+
+
+def rate_summary(rate: Mapping) -> dict:
+    "`layer_rate` per layer as plain numbers for a results file: layer -> k (0: no gap), error, moduli, and slope and ci where there is a rate."
+    return {str(l): dict(k=v["k"] or 0, error=v["error"], moduli=v["moduli"].tolist(),
+                         **(dict(slope=v["fit"].slope, ci=list(v["fit"].ci)) if v["fit"] else {}))
+            for l, v in rate.items()}
+
+
+def seed_spectra(dictionaries: Sequence, X, U, Y, train, test, r: int, spread: float = 1.0) -> dict:
+    """How far two seeds' spectra lie apart, beside the split-half floor and a change of basis.
+
+    Parameters
+    ----------
+    dictionaries : two fitted dictionaries
+        One recipe at two seeds (fitted on the train rows).
+    X, U, Y, train, test
+        One layer's triples and the row split.
+    r : int
+        The top r eigenvalues are compared (`spectral_distance`).
+    spread : float
+        The log-spread of the random change of basis (`BasisChange`).
+
+    Returns
+    -------
+    dict
+        `basis`: seed 0 on the train rows against the same dictionary in another basis (≈ 0 by
+        construction: a check of the code); `floor`: seed 0 on the train rows against seed 0 on the
+        test rows; `cross_seed`: seed 0 on the train rows against seed 1 on the test rows; `fit_train`:
+        seed 0's `EDMDc` on the train rows.
+    """
+    a, b = dictionaries
+    other = BasisChange(a, seed=1, spread=spread).fit(X[train])
+    a_tr, a_te = fit_on(a, X, U, Y, train), fit_on(a, X, U, Y, test)
+    return dict(basis=spectral_distance(a_tr, fit_on(other, X, U, Y, train), k=r),
+                floor=spectral_distance(a_tr, a_te, k=r),
+                cross_seed=spectral_distance(a_tr, fit_on(b, X, U, Y, test), k=r), fit_train=a_tr)
+
+# %% ../../nbs/37_tasks_sae_gap.ipynb #049d83e4
+def intervention_effects(model, tokens, margin, X, U, Y, layer: int, depths, k_remove: int, r_modes: int,
+                         n_random: int) -> dict:
+    """Remove k real directions entering block `layer` and read a task margin d blocks later, for three kinds of direction.
+
+    The directions are the leading Koopman modes of an EDMDc fit on the top `r_modes` principal
+    coordinates of the layer's states (removed through the spectral projectors, `EDMDc.intervene`),
+    the top k principal components, and `n_random` random k-dimensional subspaces (seeds 0, 1, …);
+    k is the number of real directions that `k_remove` leading modes span (`leading_mode_indices`).
+    Every removal is rank-matched and never scaled, at every position but the first
+    (`restricted_edit`). The margin is read at the last position by a ridge readout per depth,
+    its ridge chosen by 5-fold cross-validation (`cv_ridge_readout`); the effect is `depth_effects`'.
+
+    Parameters
+    ----------
+    model : HookedTransformer or TransformerBridge
+    tokens : int Tensor [n, T]
+        The task's prompts, all of one length.
+    margin : array [n]
+        The clean task margin (e.g. a logit difference) per prompt.
+    X, U, Y : arrays [m, d_model]
+        The edited layer's calibration triples.
+    layer, depths
+        As in `depth_effects`.
+    k_remove, r_modes, n_random
+        Leading modes asked for, the PCA dictionary's size, random subspaces.
+
+    Returns
+    -------
+    dict
+        `effects` (name -> d -> effect; random: the mean over subspaces), `random_sd` (d -> sd),
+        `per_unit_removed` (each effect over the RMS the removal takes from the calibration states),
+        `removed` (that RMS), `readout` (per depth: ridge and held-out R²), `k` and `modes`.
+    """
+    n_l, T = model.cfg.n_layers, tokens.shape[1]
+    _, cache = model.run_with_cache(tokens)
+    readout, probe = {}, {}
+    for d in depths:
+        nm = f"blocks.{layer + d}.hook_resid_pre" if layer + d < n_l else f"blocks.{n_l - 1}.hook_resid_post"
+        H = cache[nm][:, -1].double().cpu().numpy()
+        readout[d], alpha, r2 = cv_ridge_readout(H, margin, seed=0)
+        probe[d] = dict(ridge=alpha, cv_r2=r2)
+    del cache
+    koop = EDMDc(PCADictionary(r_modes, constant=False), progress=False).fit(X, U, Y)
+    idx, k = leading_mode_indices(koop, k_remove)
+    pca = PCADictionary(k, constant=False).fit(X)
+    mu = X.mean(0)
+    raw = {"Koopman modes": lambda H: koop.intervene(H, idx), "top PCs": project_out(pca.components_, mu)}
+    rand_e = [project_out(np.random.default_rng(s).standard_normal((X.shape[1], k)), mu) for s in range(n_random)]
+    removed = {name: removed_rms(e, X) for name, e in raw.items()}
+    rand_removed = [removed_rms(e, X) for e in rand_e]
+    removed["random"] = float(np.mean(rand_removed))
+    effects = {name: depth_effects(model, tokens, layer, restricted_edit(e, T), readout, depths)
+               for name, e in raw.items()}
+    rand = [depth_effects(model, tokens, layer, restricted_edit(e, T), readout, depths) for e in rand_e]
+    effects["random"] = {d: float(np.mean([r[d] for r in rand])) for d in depths}
+    per_norm = {name: {d: v / removed[name] for d, v in e.items()} for name, e in effects.items() if name != "random"}
+    per_norm["random"] = {d: float(np.mean([r[d] / n for r, n in zip(rand, rand_removed)])) for d in depths}
+    return dict(effects=effects, random_sd={d: float(np.std([r[d] for r in rand])) for d in depths},
+                per_unit_removed=per_norm, removed=removed, readout=probe, k=k, modes=idx)
+
+
+IOI_NAMES = ("Mary", "John", "Tom", "Anna", "Paul", "Sara", "Mark", "Lucy", "James", "Emma", "David", "Alice")
+IOI_TEMPLATE = "When {a} and {b} went to the store, {b} gave a drink to"
+
+
+def ioi_prompts(tokenizer, n: int, *, names=IOI_NAMES, template: str = IOI_TEMPLATE, first_token_id: int | None = None,
+                seed: int = 0):
+    """Indirect-object-identification prompts with single-token names: the model should name the other person.
+
+    Each prompt fills `template` with two distinct names a (the indirect object, the right answer)
+    and b (the subject, said twice), drawn with `seed`. Only names that the tokenizer writes as one
+    token after a space are used, so every prompt has the same length and each answer is one token.
+
+    Parameters
+    ----------
+    tokenizer : a transformers tokenizer
+    n : int
+        Prompts.
+    names : sequence of str
+        Candidate names (at least two must be single tokens).
+    template : str
+        With the fields {a} and {b}.
+    first_token_id : int, optional
+        A token put before each prompt (the model's first token in pretraining); none by default.
+    seed : int
+
+    Returns
+    -------
+    tokens : torch.LongTensor [n, T]
+    io_ids, s_ids : torch.LongTensor [n]
+        The right answer's token (a) and the wrong one's (b).
+    used : list of str
+        The single-token names drawn from.
+
+    Raises
+    ------
+    ValueError
+        If n < 1, fewer than two names are single tokens, or the prompts do not all have one length.
+    """
+    if n < 1: raise ValueError(f"n must be ≥ 1, got {n}")
+    ids = {m: tokenizer.encode(" " + m, add_special_tokens=False) for m in names}
+    used = [m for m, t in ids.items() if len(t) == 1]
+    if len(used) < 2:
+        raise ValueError(f"fewer than two of the names are one token for this tokenizer: {used} of {list(names)}")
+    rng = np.random.default_rng(seed)
+    pairs = [rng.choice(used, 2, replace=False) for _ in range(n)]
+    pre = [] if first_token_id is None else [int(first_token_id)]
+    rows = [pre + tokenizer.encode(template.format(a=a, b=b), add_special_tokens=False) for a, b in pairs]
+    if len({len(r) for r in rows}) != 1:
+        raise ValueError(f"the prompts have lengths {sorted({len(r) for r in rows})}: the template must tokenize "
+                         "to one length whatever the names")
+    return (torch.tensor(rows), torch.tensor([ids[a][0] for a, _ in pairs]),
+            torch.tensor([ids[b][0] for _, b in pairs]), used)
+
+
+def ioi_margin(model, tokens, io_ids, s_ids) -> np.ndarray:
+    "The logit of the right name minus the wrong one's at the last position, per prompt [n] (float64)."
+    with torch.no_grad():
+        lg = model(tokens)[:, -1]
+    r = torch.arange(len(tokens))
+    return (lg[r, io_ids] - lg[r, s_ids]).double().cpu().numpy()
+
 # %% ../../nbs/37_tasks_sae_gap.ipynb #8ab2cf36
 # SAE gap (paper B): a 4-layer word-level LM of the agreement language (coreinv.tasks.agreement.models), SAEs of
 # widths 4x and 8x d_model, dictionaries at r in {16, 32, 64}. ci: a short LM and SAE run for the
@@ -263,22 +530,39 @@ _sae_model = dict(n_layers=4, d_model=64, n_heads=4, n_ctx=48, layer=2, edit_lay
                   lm_seed_b=1, n_penalty_seeds=2)
 _sae_thr = dict(thr_update=1e-4, thr_model=1.1, thr_gap=2.0, thr_rule=1.5, thr_share=0.8,
                 thr_spectra=2.0, thr_noise=3.0, thr_angle=0.3, thr_closed=0.5, thr_basis=0.01)
+# issue 41: a pretrained LM (coreinv.pretrained) measured by the same code, on State of the Union text
+# (coreinv.text, split by document: half the addresses are test). Chosen before any claim on it was computed, for
+# the budget (the whole chapter <= ~10 min of a cold make book on 2 cores; measured quietly at 192 windows: the
+# forward pass with every layer's triples 99 s, a 1500-step 4x SAE 65 s (ReLU) and 92 s (TopK), the roster at one
+# r ~105 s, loading Gemma 7 s and its triples 68 s): 96 windows of 64 tokens, the SAE layer and the edit layer
+# at depth fraction 0.5 (SmolLM2 layer 15 of 30; Gemma 9 of 18), 4x SAEs of 500 steps, the roster at r = 32 only,
+# every layer's rate; the IOI task on 64 prompts, read at depth distances up to the last layer. ci: tiny sizes
+# (32 windows: EDMDc with 576 controls needs > 592 rows), no second model.
+_sae_real = dict(real_model="smollm2-135m", real_depth=0.5, real_ctx=64, real_width=4)
+_sae_real_sizes = dict(
+    ci=dict(real_compare=(), real_windows=32, real_ctx=32, real_sae_steps=60, real_rs=(16,),
+            real_Ms=(60, 120, 240), real_n_ioi=16, real_depths=(1, 15)),
+    book=dict(real_compare=("gemma3-270m",), real_windows=96, real_sae_steps=500, real_rs=(32,),
+              real_Ms=(750, 1500, 3000, 6000), real_n_ioi=64, real_depths=(1, 2, 4, 8, 15)),
+    paper=dict(real_compare=("gemma3-270m",), real_windows=512, real_ctx=128, real_sae_steps=3000,
+               real_rs=(16, 32, 64), real_Ms=(4000, 8000, 16000, 32000), real_n_ioi=256,
+               real_depths=(1, 2, 4, 8, 15)))
 SIZES = Presets("sae_gap",
                 ci=_sae_model | dict(n_sentences=5000, lm_steps=300, lm_batch=32, n_held_sentences=2000,
                                      n_windows=48, n_seeds=2, sae_steps=600, Ms=(1000, 2000, 4000, 8000),
                                      n_splits=4, n_boot=8, n_random=3, lambdas=(0.0, 1.0),
                                      Ms_layer=(400, 800, 1600), n_splits_rate=8, n_dict_seeds=2)
-                   | _sae_thr | dict(thr_model=1.5),
+                   | _sae_thr | dict(thr_model=1.5) | _sae_real | _sae_real_sizes["ci"],
                 book=_sae_model | dict(n_sentences=20000, lm_steps=1000, lm_batch=32,
                                        n_held_sentences=4000, n_windows=192, n_seeds=3, sae_steps=1500,
                                        Ms=(1500, 3000, 6000, 12000, 24000), n_splits=8, n_boot=20,
                                        n_random=10, lambdas=(0.0, 0.3, 1.0, 3.0),
                                        Ms_layer=(1000, 2000, 4000, 8000), n_splits_rate=30,
-                                       n_dict_seeds=2) | _sae_thr,
+                                       n_dict_seeds=2) | _sae_thr | _sae_real | _sae_real_sizes["book"],
                 paper=_sae_model | dict(n_sentences=50000, lm_steps=5000, lm_batch=64,
                                         n_held_sentences=8000, n_windows=256, n_seeds=5, sae_steps=5000,
                                         Ms=(2000, 4000, 8000, 16000, 32000, 48000), n_splits=10,
                                         n_boot=50, n_random=20, lambdas=(0.0, 0.1, 0.3, 1.0, 3.0, 10.0),
                                         Ms_layer=(1500, 3000, 6000, 12000), n_splits_rate=50,
                                         n_dict_seeds=5)
-                   | _sae_thr)
+                   | _sae_thr | _sae_real | _sae_real_sizes["paper"])
