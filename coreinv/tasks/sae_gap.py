@@ -286,6 +286,15 @@ def roster_residuals(X, U, Y, train, test, saes: Mapping[str, Sequence], rs, n_r
 def gap_table(res: Mapping, kinds: Sequence[str], rs) -> dict:
     """The SAE gap's numbers per SAE kind and size, from `roster_residuals`' output (seed means).
 
+    Parameters
+    ----------
+    res : mapping (name, r) -> list of `SpanResidual`
+        `roster_residuals`' output.
+    kinds : sequence of str
+        The SAE kinds in the roster (e.g. "relu", "topk").
+    rs : sequence of int
+        The sizes to tabulate (each in `res`).
+
     Returns
     -------
     dict "SAE {kind}, r={r}" -> dict
@@ -306,14 +315,38 @@ def gap_table(res: Mapping, kinds: Sequence[str], rs) -> dict:
 
 
 def gap_holds(rows: Mapping, thr_gap: float) -> bool:
-    "The gap rule on `gap_table` rows: on every row the smaller SAE residual ≥ thr_gap × max(spectral, random) and > both nulls."
+    """The gap rule on `gap_table` rows: on every row the smaller SAE residual ≥ thr_gap × max(spectral, random) and > both nulls.
+
+    Parameters
+    ----------
+    rows : mapping
+        `gap_table`'s output.
+    thr_gap : float
+        The factor the SAE residual must reach over the larger of spectral and random.
+
+    Returns
+    -------
+    bool
+        True when every row passes.
+    """
     return all(min(v["sae_variance"], v["sae_frequency"]) >= thr_gap * max(v["spectral_same_base"], v["random"])
                and min(v["sae_variance"], v["sae_frequency"]) > max(v["null_variance"], v["null_frequency"])
                for v in rows.values())
 
 
 def rule_ratios(rows: Mapping) -> dict:
-    "Per `gap_table` row, how much the selection rule matters: the larger SAE residual of the two rules over the smaller."
+    """Per `gap_table` row, how much the selection rule matters: the larger SAE residual of the two rules over the smaller.
+
+    Parameters
+    ----------
+    rows : mapping
+        `gap_table`'s output.
+
+    Returns
+    -------
+    dict "{kind}, r={r}" -> float
+        The ratio, ≥ 1.
+    """
     return {k.removeprefix("SAE "): max(v["sae_variance"], v["sae_frequency"])
             / min(v["sae_variance"], v["sae_frequency"]) for k, v in rows.items()}
 
@@ -355,7 +388,18 @@ def layer_rate(X, U, Y, n_rff: int, k_max: int, gap_factor: float, Ms, n_splits:
 
 
 def rate_summary(rate: Mapping) -> dict:
-    "`layer_rate` per layer as plain numbers for a results file: layer -> k (0: no gap), error, moduli, and slope and ci where there is a rate."
+    """`layer_rate` per layer as plain numbers for a results file.
+
+    Parameters
+    ----------
+    rate : mapping layer -> dict
+        `layer_rate`'s output per layer.
+
+    Returns
+    -------
+    dict str(layer) -> dict
+        k (0: no gap), error, moduli, and slope and ci where there is a rate.
+    """
     return {str(l): dict(k=v["k"] or 0, error=v["error"], moduli=v["moduli"].tolist(),
                          **(dict(slope=v["fit"].slope, ci=list(v["fit"].ci)) if v["fit"] else {}))
             for l, v in rate.items()}
@@ -507,7 +551,20 @@ def ioi_prompts(tokenizer, n: int, *, names=IOI_NAMES, template: str = IOI_TEMPL
 
 
 def ioi_margin(model, tokens, io_ids, s_ids) -> np.ndarray:
-    "The logit of the right name minus the wrong one's at the last position, per prompt [n] (float64)."
+    """The logit of the right name minus the wrong one's at the last position, per prompt.
+
+    Parameters
+    ----------
+    model : callable
+        tokens [n, T] -> logits [n, T, vocab].
+    tokens : int Tensor [n, T]
+    io_ids, s_ids : int Tensor [n]
+        The right answer's token and the wrong one's (`ioi_prompts`).
+
+    Returns
+    -------
+    ndarray [n] (float64)
+    """
     with torch.no_grad():
         lg = model(tokens)[:, -1]
     r = torch.arange(len(tokens))
