@@ -13,7 +13,7 @@ import sys
 import types
 from typing import TYPE_CHECKING
 
-# %% ../nbs/02_api.ipynb #e44f3f81
+# %% ../nbs/02_api.ipynb #0f7f2bcf
 _EXPORTS = {
     "base": ["Core", "clone"],
     "hooks": ["hook_names", "record_activation", "replace_activation"],
@@ -71,6 +71,7 @@ def __getattr__(name: str):
     return value
 
 
+# %% ../nbs/02_api.ipynb #38f798eb
 def __dir__():
     "The public names: `__version__`, the exports, and the public submodules imported so far (no `sys`, `types`, `_jvp`)."
     subs = {n for n, v in globals().items()
@@ -78,11 +79,13 @@ def __dir__():
     return sorted({"__version__", *_WHERE} | subs)
 
 
+
 def _function_not_module(name: str) -> property:
     "The package attribute `name`: always the function `name` of the module `name`, never that module."
     def function(self): return getattr(importlib.import_module(f".{name}", __name__), name)
     def keep(self, value): pass                   # the import system binds the submodule here: keep the function
     return property(function, keep, doc=f"The function `coreinv.{name}.{name}`.")
+
 
 
 class _Package(types.ModuleType):
@@ -94,3 +97,4 @@ class _Package(types.ModuleType):
 if __name__ != "__main__":                        # not when this notebook runs the cell
     sys.modules[__name__].__class__ = _Package
 __all__ = ["__version__", *_WHERE]                # overrides nbdev's (empty) list above
+

@@ -10,6 +10,7 @@ import math
 from typing import Callable
 
 import torch
+from fastcore.basics import patch
 from torch import Tensor
 from torch.func import jvp, vmap
 from tqdm import tqdm
@@ -22,7 +23,7 @@ from .hooks import (_QUERY_AXIS_HOOKS, _activation, _check_tokens, _is_hooked, _
 # %% auto #0
 __all__ = []
 
-# %% ../nbs/08_hookplan.ipynb #48b3a4f8
+# %% ../nbs/08_hookplan.ipynb #20a2f3ce
 def _token_batches(inputs, batch_size: int):
     "`inputs` as a re-iterable of batches: a Tensor is cut into chunks; a one-shot iterator is refused."
     if isinstance(inputs, Tensor):
@@ -40,12 +41,7 @@ def _token_batches(inputs, batch_size: int):
     return inputs
 
 
-def _exact_tol(dtype: torch.dtype) -> float:
-    """The relative error under which a one-pass form counts as exact: round-off of `dtype`, capped at 1e-2
-    (1000 ε is 7.8 in bfloat16, which would accept any error; there the checks fall back to per position)."""
-    return min(1000 * torch.finfo(dtype).eps, 1e-2)
-
-
+# %% ../nbs/08_hookplan.ipynb #dd7c35ac
 class _HookPlan:
     "What `ACE.fit_hook` needs to know about the activation at `hook`, and the two passes over the batches."
     def __init__(self, model, hook, readout, pos, batches):
@@ -61,227 +57,189 @@ class _HookPlan:
         self.diagonal = None                                 # the first block of `_diagonal_attention`, once checked
         self.probed = False
 
-    def _set_layout(self, a: Tensor):
-        "From the first activation [b, *act_shape]: the position axis, its length, the positions, D."
-        ax = self.pos_axis
-        has_pos = a.ndim >= 3
-        if not has_pos and self.pos is not None:
-            raise ValueError(f"the activation at {self.hook!r} has shape {tuple(a.shape)}, with no position "
-                             f"axis: pass pos=None")
-        masked = a.is_floating_point() and not (a > torch.finfo(a.dtype).min / 2).all()  # -inf; bridge: -3.4e38
-        if ax == 2 and masked:
-            raise ValueError(f"{self.hook!r} holds -inf where the causal mask hides later keys, so it has no "
-                             f"mean to centre at: fit at {self.hook.rsplit('.', 1)[0]}.hook_pattern instead "
-                             f"(the same [batch, head, query_pos, key_pos] layout)")
-        T = a.shape[ax] if has_pos else 1
-        if self.pos is not None and not -T <= self.pos < T:
-            raise ValueError(f"pos={self.pos} is outside the {T} positions of {self.hook!r}")
-        feat = tuple(s for i, s in enumerate(a.shape) if i not in (0, ax)) if has_pos else a.shape[1:]
-        self.layout = (has_pos, T, feat, math.prod(feat))
-        self.positions = list(range(T)) if self.pos is None else [self.pos % T]
-        self.dtype, self.device, self.act_shape = a.dtype, a.device, a.shape[1:]
 
-    def _flat(self, a: Tensor, t: int) -> Tensor:
-        has_pos, T, feat, D = self.layout
-        return (a.select(self.pos_axis, t) if has_pos else a).reshape(a.shape[0], D)   # [b, D]
-
-    def _rows(self, a: Tensor) -> Tensor:
-        "Every position of a batch as rows [b·T, D], sample-major."
-        return a.movedim(self.pos_axis, 1).reshape(-1, self.layout[3])
-
-    def _out(self, x: Tensor, out) -> Tensor:
-        "The readout, with its shape checked: a 2-D [b, T] on T > 1 positions is ambiguous."
-        y = self.readout(out, x)
-        has_pos, T = self.layout[:2]
-        if isinstance(y, Tensor) and y.ndim == 2 and has_pos and T > 1 and y.shape[1] == T:
-            raise ValueError(f"readout returned shape {tuple(y.shape)} at {self.hook!r}, which has {T} positions: "
-                             f"[batch, pos] (one output per position) or [batch, O] with O = {T}? Return "
-                             f"[batch, pos, 1] for one output per position (y[..., None]), or "
-                             f"y[:, None].expand(-1, {T}, -1) for {T} outputs per sequence")
-        return y
-
-    def _record(self, x) -> tuple[Tensor, Tensor]:
-        "The activation at the hook [b, *act_shape] and the residual stream the pass after it starts from."
-        _check_tokens(self.model, x)
-        via = self.start[1] if self.start is not None else None
-        a, state = _activation(self.model, self.hook, x, via)
-        if self.layout is None: self._set_layout(a)
-        elif a.shape[1:] != self.act_shape:
-            raise ValueError(f"the activation at {self.hook!r} has shape {tuple(a.shape[1:])} per sample in "
-                             f"one batch and {tuple(self.act_shape)} in an earlier one")
-        if self.start is not None and via is None: state = a
-        return a, state
-
-    def first_pass(self, progress: bool = True) -> tuple[int, Tensor | None]:
-        "Pass 1, forward to the hook only: (N, Σ h) over every sample, activations cached for a list of batches."
-        n, total = 0, None
-        for x in tqdm(self.src, total=len(self.src) if hasattr(self.src, "__len__") else None,
-                      desc="ACE.fit_hook: mean", unit="batch", disable=not progress):
-            a, state = self._record(x)
-            if self.cache is not None: self.cache.append((a, state))
-            rows = as_acts(torch.cat([self._flat(a, t) for t in self.positions]), self.hook, float64=False)
-            s = rows.double().sum(0).cpu()
-            total, n = s if total is None else total + s, n + rows.shape[0]
-        return n, total
-
-    def batches(self, joint: bool, method: str):
-        "Pass 2: `(h [n, D], downstream)` pairs for `ACE._accumulate`, all positions of a batch in one pair."
-        acts = self.cache if self.cache is not None else (self._record(x) for x in self.src)
-        for x, (a, state) in zip(self.src, acts):
-            if joint: yield self._rows(a), self.downstream_joint(x, state)
-            elif self.diagonal is not None: yield self._rows(a), self.downstream_joint(x, state, diagonal=True)
-            elif len(self.positions) == 1 or method != "jvp":
-                for t in self.positions: yield self._flat(a, t), self.downstream(x, state, a, t)
-            else: yield self._rows(a), self.downstream_all(x, state, a)
-
-    def _forward(self, x: Tensor, state: Tensor | None, sub: Callable[[Tensor], Tensor], diagonal: bool = False):
-        "The model's output on `x` with the activation at the hook replaced by `sub(act)`, from the hook on."
-        if self.start is None:
-            with replace_activation(self.model, self.hook, sub):
-                return self.model(x)
-        layer, via = self.start
-        with contextlib.ExitStack() as es:
-            if via is not None: es.enter_context(replace_activation(self.model, self.hook, sub))
-            if diagonal: es.enter_context(_diagonal_attention(self.model, self.diagonal))
-            return self.model(sub(state) if via is None else state, start_at_layer=layer)
-
-    def _probe_rows(self, x: Tensor, state: Tensor | None, out):
-        """Once, on the first batch: the readout (and, for a model other than a HookedTransformer, the
-        rest of its forward pass) must not mix the batch's rows: compare with the batch's two halves."""
-        if self.probed: return
-        self.probed = True
-        n = x.shape[0]
-        if n < 2 or not isinstance(out, Tensor) or out.shape[:1] != (n,): return
-        m, cut = n // 2, (slice(0, n // 2), slice(n // 2, n))
-        with torch.no_grad():
-            y = self._out(x, out)
-            if self.start is not None:                     # a HookedTransformer's rows never interact
-                parts = [self._out(x[s], out[s]) for s in cut]
-            else:
-                parts = [self._out(x[s], self._forward(x[s], None if state is None else state[s],
-                                                       lambda act: act)) for s in cut]
-        if isinstance(y, Tensor) and y.is_floating_point() and y.ndim >= 1 and y.shape[0] == n:
-            _check_rows(y, torch.cat(parts), "readout")
-
-    def downstream(self, x: Tensor, state, a: Tensor, t: int) -> "_Downstream":
-        "h [b, D] at position t ↦ the readout at t, through the rest of the forward pass."
-        has_pos, T, feat, D = self.layout
-        ax = self.pos_axis
-        mask = None
-        if has_pos:
-            mask = torch.zeros(T, dtype=torch.bool, device=a.device)
-            mask[t] = True
-            mask = mask.view(*[T if i == ax else 1 for i in range(len(feat) + 2)])
-        def run(h):                                                           # h: [b, D]
-            hh = h.reshape(h.shape[0], *feat)
-            sub = (lambda act: torch.where(mask, hh.unsqueeze(ax).to(act.dtype), act)) \
-                if has_pos else (lambda act: hh.to(act.dtype))
-            out = self._forward(x, state, sub)
-            y = self._out(x, out)
-            if isinstance(y, Tensor) and y.ndim == 3:
-                y = y[:, t]                                                   # this sample's own position
-            return y, out
-        return _Downstream(self, x, state, run)
-
-    def downstream_joint(self, x: Tensor, state, diagonal: bool = False) -> "_Downstream":
-        """h [b·T, D], every position at once ↦ the per-position readouts [b·T, O]; `diagonal`: with each
-        position's tangent kept apart through attention (`_diagonal_attention`)."""
-        has_pos, T, feat, D = self.layout
-        def run(h):                                                           # h: [b*T, D]
-            hh = h.reshape(x.shape[0], T, *feat).movedim(1, self.pos_axis)
-            out = self._forward(x, state, lambda act: hh.to(act.dtype), diagonal)
-            y = self._out(x, out)
-            if not (isinstance(y, Tensor) and y.ndim == 3):
-                raise _NotPerPosition("joint=True needs a per-position readout [b, pos, O]; this one returned "
-                                      f"{tuple(y.shape) if isinstance(y, Tensor) else type(y).__name__}")
-            return y.reshape(-1, y.shape[-1]), out                            # [b*T, O]
-        return _Downstream(self, x, state, run)
-
-    def downstream_all(self, x: Tensor, state, a: Tensor) -> "_Downstream":
-        """Every position of a batch at once, each with its own tangent: h [b·T, D] ↦ [b·T, O], row (b, t)
-        the readout at t with only position t perturbed. Its `jvp` pushes the T one-position tangents
-        through one pass (`vmap` over positions, the primal computed once), in chunks that bound memory."""
-        has_pos, T, feat, D = self.layout
-        ax, b = self.pos_axis, x.shape[0]
-        def run(h):                                                           # plain evaluation: the primal
-            hh = h.reshape(b, T, *feat).movedim(1, ax)
-            out = self._forward(x, state, lambda act: hh.to(act.dtype))
-            y = self._out(x, out)
-            if isinstance(y, Tensor) and y.ndim == 3: y = y.reshape(b * T, -1)
-            elif isinstance(y, Tensor): y = y.repeat_interleave(T, 0)         # one output row per sequence
-            return y, out
-        return _Downstream(self, x, state, run, all_positions=(a, T, ax, feat))
-
-    def _check_batch(self, mean: Tensor):
-        "The first four sequences, their rows h [4·T, D] and centred rows, for the checks of the one-pass forms."
-        x = next(iter(self.src))[:4]
-        a, state = self.cache[0] if self.cache else self._record(x)
-        a, state = a[:4], None if state is None else state[:4]
-        h = self._rows(a).to(_compute_dtype(a.dtype))
-        return x, a, state, h, h - mean.to(h.device, h.dtype)
-
-    def _exact(self, x, a, state, h, ht) -> Tensor:
-        """The per-position JVPs [4, 4, O] of the check batch at four positions (first, last and two
-        between), one pass each; cached: both checks compare with them."""
-        if getattr(self, "_exact_v", None) is None:
-            T = self.layout[1]
-            self._check_at = sorted({0, T // 3, (2 * T) // 3, T - 1})
-            with torch.no_grad():
-                self._exact_v = self.downstream_all(x, state, a)._jvp_positions(h, ht, self._check_at)[1]
-        return self._exact_v
-
-    def one_pass_error(self, ace: "ACE", mean: Tensor, diagonal: bool) -> float:
-        "Relative gap between one JVP over all positions (joint, or `diagonal`) and the per-position JVPs."
-        x, a, state, h, ht = self._check_batch(mean)
-        centre = lambda v: v - v.mean(-1, keepdim=True) if ace.center_outputs and v.shape[-1] > 1 else v
-        with torch.no_grad():
-            fj = self.downstream_joint(x, state, diagonal)
-            vj = _call("jvp", tuple(h.shape), lambda: jvp(lambda z: fj.run(z)[0], (h,), (ht,)))[1]
-        ve = self._exact(x, a, state, h, ht)                                  # [4, 4, O]
-        vj, ve = centre(vj.reshape(x.shape[0], self.layout[1], -1)[:, self._check_at]), centre(ve)
-        return float((vj - ve).norm() / ve.norm().clamp_min(1e-30))
-
-    def joint_error(self, ace: "ACE", mean: Tensor) -> float:
-        "Relative gap between one joint JVP and the per-position JVPs, on the first four sequences."
-        return self.one_pass_error(ace, mean, False)
-
-    def use_diagonal(self, ace: "ACE", mean: Tensor) -> bool:
-        """pos=None, per position: all positions in one pass with `_diagonal_attention` where the model
-        allows it and the check on the first four sequences finds it exact to round-off."""
-        first = _diagonal_from(self.model, self.hook, self.start)
-        has_pos, T = self.layout[:2]
-        if first is None or ace.method != "jvp" or self.pos is not None or not has_pos or T < 2: return False
-        self.diagonal = first
-        try:
-            ok = self.one_pass_error(ace, mean, True) <= _exact_tol(self.dtype)
-        except _NotPerPosition:
-            ok = False                                     # a [b, O] readout mixes positions: vmap over them
-        if not ok: self.diagonal = None
-        return ok
-
-    def use_joint(self, ace: "ACE", mean: Tensor, joint: bool | None) -> bool:
-        """joint=None: the joint pass where it is exact (to round-off) and the readout is per position,
-        else per position; True: required, else ValueError; False: per position."""
-        has_pos = self.layout[0]
-        if joint is None:
-            if not (self.pos is None and has_pos and self.layout[1] > 1): return False
-            first = _diagonal_from(self.model, self.hook, self.start)
-            if ace.method == "jvp" and first is not None and first < self.model.cfg.n_layers:
-                return False       # attention follows: the diagonal form is checked instead (joint exact ⇒ it is)
-            try:
-                return self.joint_error(ace, mean) <= _exact_tol(self.dtype)
-            except _NotPerPosition:
-                return False                               # a [b, O] readout: per position, as documented
-        if not joint: return False
-        if self.pos is not None or not has_pos:
-            raise ValueError("joint=True is for pos=None on an activation with a position axis")
-        err = self.joint_error(ace, mean)
-        if err > 1e-3:
-            raise ValueError(f"positions interact downstream of {self.hook!r}: the joint JVP differs from "
-                             f"the per-position JVPs by {err:.2g} (relative); use joint=False")
-        return True
+# %% ../nbs/08_hookplan.ipynb #b9dab97b
+@patch
+def _set_layout(self: _HookPlan, a: Tensor):
+    "From the first activation [b, *act_shape]: the position axis, its length, the positions, D."
+    ax = self.pos_axis
+    has_pos = a.ndim >= 3
+    if not has_pos and self.pos is not None:
+        raise ValueError(f"the activation at {self.hook!r} has shape {tuple(a.shape)}, with no position "
+                         f"axis: pass pos=None")
+    masked = a.is_floating_point() and not (a > torch.finfo(a.dtype).min / 2).all()  # -inf; bridge: -3.4e38
+    if ax == 2 and masked:
+        raise ValueError(f"{self.hook!r} holds -inf where the causal mask hides later keys, so it has no "
+                         f"mean to centre at: fit at {self.hook.rsplit('.', 1)[0]}.hook_pattern instead "
+                         f"(the same [batch, head, query_pos, key_pos] layout)")
+    T = a.shape[ax] if has_pos else 1
+    if self.pos is not None and not -T <= self.pos < T:
+        raise ValueError(f"pos={self.pos} is outside the {T} positions of {self.hook!r}")
+    feat = tuple(s for i, s in enumerate(a.shape) if i not in (0, ax)) if has_pos else a.shape[1:]
+    self.layout = (has_pos, T, feat, math.prod(feat))
+    self.positions = list(range(T)) if self.pos is None else [self.pos % T]
+    self.dtype, self.device, self.act_shape = a.dtype, a.device, a.shape[1:]
 
 
+@patch
+def _flat(self: _HookPlan, a: Tensor, t: int) -> Tensor:
+    has_pos, T, feat, D = self.layout
+    return (a.select(self.pos_axis, t) if has_pos else a).reshape(a.shape[0], D)   # [b, D]
+
+
+@patch
+def _rows(self: _HookPlan, a: Tensor) -> Tensor:
+    "Every position of a batch as rows [b·T, D], sample-major."
+    return a.movedim(self.pos_axis, 1).reshape(-1, self.layout[3])
+
+
+# %% ../nbs/08_hookplan.ipynb #0a771d3f
+@patch
+def _out(self: _HookPlan, x: Tensor, out) -> Tensor:
+    "The readout, with its shape checked: a 2-D [b, T] on T > 1 positions is ambiguous."
+    y = self.readout(out, x)
+    has_pos, T = self.layout[:2]
+    if isinstance(y, Tensor) and y.ndim == 2 and has_pos and T > 1 and y.shape[1] == T:
+        raise ValueError(f"readout returned shape {tuple(y.shape)} at {self.hook!r}, which has {T} positions: "
+                         f"[batch, pos] (one output per position) or [batch, O] with O = {T}? Return "
+                         f"[batch, pos, 1] for one output per position (y[..., None]), or "
+                         f"y[:, None].expand(-1, {T}, -1) for {T} outputs per sequence")
+    return y
+
+
+@patch
+def _record(self: _HookPlan, x) -> tuple[Tensor, Tensor]:
+    "The activation at the hook [b, *act_shape] and the residual stream the pass after it starts from."
+    _check_tokens(self.model, x)
+    via = self.start[1] if self.start is not None else None
+    a, state = _activation(self.model, self.hook, x, via)
+    if self.layout is None: self._set_layout(a)
+    elif a.shape[1:] != self.act_shape:
+        raise ValueError(f"the activation at {self.hook!r} has shape {tuple(a.shape[1:])} per sample in "
+                         f"one batch and {tuple(self.act_shape)} in an earlier one")
+    if self.start is not None and via is None: state = a
+    return a, state
+
+
+# %% ../nbs/08_hookplan.ipynb #a090db6f
+@patch
+def first_pass(self: _HookPlan, progress: bool = True) -> tuple[int, Tensor | None]:
+    "Pass 1, forward to the hook only: (N, Σ h) over every sample, activations cached for a list of batches."
+    n, total = 0, None
+    for x in tqdm(self.src, total=len(self.src) if hasattr(self.src, "__len__") else None,
+                  desc="ACE.fit_hook: mean", unit="batch", disable=not progress):
+        a, state = self._record(x)
+        if self.cache is not None: self.cache.append((a, state))
+        rows = as_acts(torch.cat([self._flat(a, t) for t in self.positions]), self.hook, float64=False)
+        s = rows.double().sum(0).cpu()
+        total, n = s if total is None else total + s, n + rows.shape[0]
+    return n, total
+
+
+@patch
+def batches(self: _HookPlan, joint: bool, method: str):
+    "Pass 2: `(h [n, D], downstream)` pairs for `ACE._accumulate`, all positions of a batch in one pair."
+    acts = self.cache if self.cache is not None else (self._record(x) for x in self.src)
+    for x, (a, state) in zip(self.src, acts):
+        if joint: yield self._rows(a), self.downstream_joint(x, state)
+        elif self.diagonal is not None: yield self._rows(a), self.downstream_joint(x, state, diagonal=True)
+        elif len(self.positions) == 1 or method != "jvp":
+            for t in self.positions: yield self._flat(a, t), self.downstream(x, state, a, t)
+        else: yield self._rows(a), self.downstream_all(x, state, a)
+
+
+# %% ../nbs/08_hookplan.ipynb #6af06be5
+@patch
+def _forward(self: _HookPlan, x: Tensor, state: Tensor | None, sub: Callable[[Tensor], Tensor], diagonal: bool = False):
+    "The model's output on `x` with the activation at the hook replaced by `sub(act)`, from the hook on."
+    if self.start is None:
+        with replace_activation(self.model, self.hook, sub):
+            return self.model(x)
+    layer, via = self.start
+    with contextlib.ExitStack() as es:
+        if via is not None: es.enter_context(replace_activation(self.model, self.hook, sub))
+        if diagonal: es.enter_context(_diagonal_attention(self.model, self.diagonal))
+        return self.model(sub(state) if via is None else state, start_at_layer=layer)
+
+
+@patch
+def _probe_rows(self: _HookPlan, x: Tensor, state: Tensor | None, out):
+    """Once, on the first batch: the readout (and, for a model other than a HookedTransformer, the
+    rest of its forward pass) must not mix the batch's rows: compare with the batch's two halves."""
+    if self.probed: return
+    self.probed = True
+    n = x.shape[0]
+    if n < 2 or not isinstance(out, Tensor) or out.shape[:1] != (n,): return
+    m, cut = n // 2, (slice(0, n // 2), slice(n // 2, n))
+    with torch.no_grad():
+        y = self._out(x, out)
+        if self.start is not None:                     # a HookedTransformer's rows never interact
+            parts = [self._out(x[s], out[s]) for s in cut]
+        else:
+            parts = [self._out(x[s], self._forward(x[s], None if state is None else state[s],
+                                                   lambda act: act)) for s in cut]
+    if isinstance(y, Tensor) and y.is_floating_point() and y.ndim >= 1 and y.shape[0] == n:
+        _check_rows(y, torch.cat(parts), "readout")
+
+
+# %% ../nbs/08_hookplan.ipynb #a42bd0c8
+@patch
+def downstream(self: _HookPlan, x: Tensor, state, a: Tensor, t: int) -> "_Downstream":
+    "h [b, D] at position t ↦ the readout at t, through the rest of the forward pass."
+    has_pos, T, feat, D = self.layout
+    ax = self.pos_axis
+    mask = None
+    if has_pos:
+        mask = torch.zeros(T, dtype=torch.bool, device=a.device)
+        mask[t] = True
+        mask = mask.view(*[T if i == ax else 1 for i in range(len(feat) + 2)])
+    def run(h):                                                           # h: [b, D]
+        hh = h.reshape(h.shape[0], *feat)
+        sub = (lambda act: torch.where(mask, hh.unsqueeze(ax).to(act.dtype), act)) \
+            if has_pos else (lambda act: hh.to(act.dtype))
+        out = self._forward(x, state, sub)
+        y = self._out(x, out)
+        if isinstance(y, Tensor) and y.ndim == 3:
+            y = y[:, t]                                                   # this sample's own position
+        return y, out
+    return _Downstream(self, x, state, run)
+
+
+@patch
+def downstream_joint(self: _HookPlan, x: Tensor, state, diagonal: bool = False) -> "_Downstream":
+    """h [b·T, D], every position at once ↦ the per-position readouts [b·T, O]; `diagonal`: with each
+    position's tangent kept apart through attention (`_diagonal_attention`)."""
+    has_pos, T, feat, D = self.layout
+    def run(h):                                                           # h: [b*T, D]
+        hh = h.reshape(x.shape[0], T, *feat).movedim(1, self.pos_axis)
+        out = self._forward(x, state, lambda act: hh.to(act.dtype), diagonal)
+        y = self._out(x, out)
+        if not (isinstance(y, Tensor) and y.ndim == 3):
+            raise _NotPerPosition("joint=True needs a per-position readout [b, pos, O]; this one returned "
+                                  f"{tuple(y.shape) if isinstance(y, Tensor) else type(y).__name__}")
+        return y.reshape(-1, y.shape[-1]), out                            # [b*T, O]
+    return _Downstream(self, x, state, run)
+
+
+# %% ../nbs/08_hookplan.ipynb #d47bfd76
+@patch
+def downstream_all(self: _HookPlan, x: Tensor, state, a: Tensor) -> "_Downstream":
+    """Every position of a batch at once, each with its own tangent: h [b·T, D] ↦ [b·T, O], row (b, t)
+    the readout at t with only position t perturbed. Its `jvp` pushes the T one-position tangents
+    through one pass (`vmap` over positions, the primal computed once), in chunks that bound memory."""
+    has_pos, T, feat, D = self.layout
+    ax, b = self.pos_axis, x.shape[0]
+    def run(h):                                                           # plain evaluation: the primal
+        hh = h.reshape(b, T, *feat).movedim(1, ax)
+        out = self._forward(x, state, lambda act: hh.to(act.dtype))
+        y = self._out(x, out)
+        if isinstance(y, Tensor) and y.ndim == 3: y = y.reshape(b * T, -1)
+        elif isinstance(y, Tensor): y = y.repeat_interleave(T, 0)         # one output row per sequence
+        return y, out
+    return _Downstream(self, x, state, run, all_positions=(a, T, ax, feat))
+
+
+# %% ../nbs/08_hookplan.ipynb #b1a50296
 class _NotPerPosition(ValueError):
     "The joint pass needs a per-position readout [b, pos, O]."
 
@@ -311,40 +269,134 @@ class _Downstream:
         self.plan._probe_rows(self.x, self.state, out)
         return y, v
 
-    def _jvp_positions(self, h: Tensor, t: Tensor, only: list[int] | None = None):
-        """(y [b·T, O], v [b·T, O], model output): position t's tangent alone for row (b, t), T at once;
-        with `only`, v [b, len(only), O] for those positions alone."""
-        a, T, ax, feat = self.all
-        b = self.x.shape[0]
-        A = h.reshape(b, T, *feat)                                            # [b, T, *feat], compute dtype
-        tan = t.reshape(b, T, *feat)
-        plan, x, state = self.plan, self.x, self.state
-        def g(act):                                                           # act: [b, *act_shape]
-            out = plan._forward(x, state, lambda old: act.to(old.dtype))
-            y = plan._out(x, out)
-            return y, out
-        primal = A.movedim(1, ax)
-        per = b * math.prod(self.plan.act_shape) * 16                          # elements one position carries
-        K = max(1, min(T, (1 << 27) // max(per, 1)))
-        vs, y, out = [], None, None
-        eye = torch.eye(T, dtype=tan.dtype, device=tan.device)
-        todo = list(range(T)) if only is None else list(only)
-        for s in range(0, len(todo), K):
-            ts = todo[s:s + K]
-            sel = eye[ts].view(len(ts), 1, T, *([1] * len(feat)))
-            tans = (sel * tan.unsqueeze(0)).movedim(2, ax + 1)               # [K, b, *act_shape]
-            def one(tn):
-                return jvp(g, (primal,), (tn,), has_aux=True)
-            try:
-                yk, vk, ok = vmap(one, out_dims=(None, 0, None))(tans)
-            except Exception:           # a model vmap cannot batch (a data-dependent branch): one pass per position
-                outs = [_call("jvp", (b, math.prod(feat)), lambda tn=tn: one(tn)) for tn in tans]
-                yk, ok, vk = outs[0][0], outs[0][2], torch.stack([o[1] for o in outs])
-            y, out = yk, ok
-            if vk.ndim == 4: vk = vk[torch.arange(len(ts)), :, ts]              # [K, b, O] at each own position
-            vs.append(vk)
-        v = torch.cat(vs).transpose(0, 1)                                     # [b, T, O]
-        if only is not None: return y, v, out
-        if y.ndim == 3: y = y.reshape(b * T, -1)
-        else: y = y.repeat_interleave(T, 0)
-        return y, v.reshape(b * T, -1), out
+
+# %% ../nbs/08_hookplan.ipynb #fc703f8b
+@patch
+def _jvp_positions(self: _Downstream, h: Tensor, t: Tensor, only: list[int] | None = None):
+    """(y [b·T, O], v [b·T, O], model output): position t's tangent alone for row (b, t), T at once;
+    with `only`, v [b, len(only), O] for those positions alone."""
+    a, T, ax, feat = self.all
+    b = self.x.shape[0]
+    A = h.reshape(b, T, *feat)                                            # [b, T, *feat], compute dtype
+    tan = t.reshape(b, T, *feat)
+    plan, x, state = self.plan, self.x, self.state
+    def g(act):                                                           # act: [b, *act_shape]
+        out = plan._forward(x, state, lambda old: act.to(old.dtype))
+        y = plan._out(x, out)
+        return y, out
+    primal = A.movedim(1, ax)
+    per = b * math.prod(self.plan.act_shape) * 16                          # elements one position carries
+    K = max(1, min(T, (1 << 27) // max(per, 1)))
+    vs, y, out = [], None, None
+    eye = torch.eye(T, dtype=tan.dtype, device=tan.device)
+    todo = list(range(T)) if only is None else list(only)
+    for s in range(0, len(todo), K):
+        ts = todo[s:s + K]
+        sel = eye[ts].view(len(ts), 1, T, *([1] * len(feat)))
+        tans = (sel * tan.unsqueeze(0)).movedim(2, ax + 1)               # [K, b, *act_shape]
+        def one(tn):
+            return jvp(g, (primal,), (tn,), has_aux=True)
+        try:
+            yk, vk, ok = vmap(one, out_dims=(None, 0, None))(tans)
+        except Exception:           # a model vmap cannot batch (a data-dependent branch): one pass per position
+            outs = [_call("jvp", (b, math.prod(feat)), lambda tn=tn: one(tn)) for tn in tans]
+            yk, ok, vk = outs[0][0], outs[0][2], torch.stack([o[1] for o in outs])
+        y, out = yk, ok
+        if vk.ndim == 4: vk = vk[torch.arange(len(ts)), :, ts]              # [K, b, O] at each own position
+        vs.append(vk)
+    v = torch.cat(vs).transpose(0, 1)                                     # [b, T, O]
+    if only is not None: return y, v, out
+    if y.ndim == 3: y = y.reshape(b * T, -1)
+    else: y = y.repeat_interleave(T, 0)
+    return y, v.reshape(b * T, -1), out
+
+
+# %% ../nbs/08_hookplan.ipynb #4c80e2be
+def _exact_tol(dtype: torch.dtype) -> float:
+    """The relative error under which a one-pass form counts as exact: round-off of `dtype`, capped at 1e-2
+    (1000 ε is 7.8 in bfloat16, which would accept any error; there the checks fall back to per position)."""
+    return min(1000 * torch.finfo(dtype).eps, 1e-2)
+
+
+@patch
+def _check_batch(self: _HookPlan, mean: Tensor):
+    "The first four sequences, their rows h [4·T, D] and centred rows, for the checks of the one-pass forms."
+    x = next(iter(self.src))[:4]
+    a, state = self.cache[0] if self.cache else self._record(x)
+    a, state = a[:4], None if state is None else state[:4]
+    h = self._rows(a).to(_compute_dtype(a.dtype))
+    return x, a, state, h, h - mean.to(h.device, h.dtype)
+
+
+@patch
+def _exact(self: _HookPlan, x, a, state, h, ht) -> Tensor:
+    """The per-position JVPs [4, 4, O] of the check batch at four positions (first, last and two
+    between), one pass each; cached: both checks compare with them."""
+    if getattr(self, "_exact_v", None) is None:
+        T = self.layout[1]
+        self._check_at = sorted({0, T // 3, (2 * T) // 3, T - 1})
+        with torch.no_grad():
+            self._exact_v = self.downstream_all(x, state, a)._jvp_positions(h, ht, self._check_at)[1]
+    return self._exact_v
+
+
+# %% ../nbs/08_hookplan.ipynb #85314d99
+@patch
+def one_pass_error(self: _HookPlan, ace: "ACE", mean: Tensor, diagonal: bool) -> float:
+    "Relative gap between one JVP over all positions (joint, or `diagonal`) and the per-position JVPs."
+    x, a, state, h, ht = self._check_batch(mean)
+    centre = lambda v: v - v.mean(-1, keepdim=True) if ace.center_outputs and v.shape[-1] > 1 else v
+    with torch.no_grad():
+        fj = self.downstream_joint(x, state, diagonal)
+        vj = _call("jvp", tuple(h.shape), lambda: jvp(lambda z: fj.run(z)[0], (h,), (ht,)))[1]
+    ve = self._exact(x, a, state, h, ht)                                  # [4, 4, O]
+    vj, ve = centre(vj.reshape(x.shape[0], self.layout[1], -1)[:, self._check_at]), centre(ve)
+    return float((vj - ve).norm() / ve.norm().clamp_min(1e-30))
+
+
+@patch
+def joint_error(self: _HookPlan, ace: "ACE", mean: Tensor) -> float:
+    "Relative gap between one joint JVP and the per-position JVPs, on the first four sequences."
+    return self.one_pass_error(ace, mean, False)
+
+
+# %% ../nbs/08_hookplan.ipynb #ef986836
+@patch
+def use_diagonal(self: _HookPlan, ace: "ACE", mean: Tensor) -> bool:
+    """pos=None, per position: all positions in one pass with `_diagonal_attention` where the model
+    allows it and the check on the first four sequences finds it exact to round-off."""
+    first = _diagonal_from(self.model, self.hook, self.start)
+    has_pos, T = self.layout[:2]
+    if first is None or ace.method != "jvp" or self.pos is not None or not has_pos or T < 2: return False
+    self.diagonal = first
+    try:
+        ok = self.one_pass_error(ace, mean, True) <= _exact_tol(self.dtype)
+    except _NotPerPosition:
+        ok = False                                     # a [b, O] readout mixes positions: vmap over them
+    if not ok: self.diagonal = None
+    return ok
+
+
+@patch
+def use_joint(self: _HookPlan, ace: "ACE", mean: Tensor, joint: bool | None) -> bool:
+    """joint=None: the joint pass where it is exact (to round-off) and the readout is per position,
+    else per position; True: required, else ValueError; False: per position."""
+    has_pos = self.layout[0]
+    if joint is None:
+        if not (self.pos is None and has_pos and self.layout[1] > 1): return False
+        first = _diagonal_from(self.model, self.hook, self.start)
+        if ace.method == "jvp" and first is not None and first < self.model.cfg.n_layers:
+            return False       # attention follows: the diagonal form is checked instead (joint exact ⇒ it is)
+        try:
+            return self.joint_error(ace, mean) <= _exact_tol(self.dtype)
+        except _NotPerPosition:
+            return False                               # a [b, O] readout: per position, as documented
+    if not joint: return False
+    if self.pos is not None or not has_pos:
+        raise ValueError("joint=True is for pos=None on an activation with a position axis")
+    err = self.joint_error(ace, mean)
+    if err > 1e-3:
+        raise ValueError(f"positions interact downstream of {self.hook!r}: the joint JVP differs from "
+                         f"the per-position JVPs by {err:.2g} (relative); use joint=False")
+    return True
+

@@ -17,7 +17,7 @@ from torch import Tensor, nn
 # %% auto #0
 __all__ = []
 
-# %% ../nbs/07_jvp.ipynb #49b8ff44
+# %% ../nbs/07_jvp.ipynb #97ab389a
 _SUPPORTED_MODULES = (nn.Linear, nn.LayerNorm, nn.GELU, nn.Tanh, nn.ReLU, nn.Identity)
 _SUPPORTED_FUNCTIONS = {operator.add, operator.sub, operator.mul, torch.add, torch.tanh, torch.relu,
                         F.gelu, F.log_softmax, torch.log_softmax}
@@ -45,10 +45,12 @@ def _trace(fn) -> "torch.fx.GraphModule | None":
     return gm
 
 
+
 def _module_ok(m: nn.Module) -> bool:
     if isinstance(m, nn.LayerNorm): return len(m.normalized_shape) == 1
     if isinstance(m, nn.GELU): return m.approximate == "none"
     return True
+
 
 
 def _gelu(x, t):
@@ -56,9 +58,11 @@ def _gelu(x, t):
     return x * cdf, (cdf + x * torch.exp(-0.5 * x * x) * 0.3989422804014327) * t
 
 
+
 def _log_softmax(x, t, dim):
     y = x.log_softmax(dim)
     return y, t - (y.exp() * t).sum(dim, keepdim=True)
+
 
 
 def _layer_norm(m: nn.LayerNorm, x, t):
@@ -71,17 +75,20 @@ def _layer_norm(m: nn.LayerNorm, x, t):
     return m.weight * xh + (m.bias if m.bias is not None else 0), m.weight * th
 
 
+
 def _stacked(rule, x, t, *args):
     "Apply one op to the pair (x, t); t None means a zero tangent (a constant)."
     if t is None: return rule(x, torch.zeros_like(x), *args)[0], None
     return rule(x, t, *args)
 
 
+# %% ../nbs/07_jvp.ipynb #6f227985
 def _linear(m: nn.Linear, x, t):
     "One matrix product over the stacked batch [x; t]: the bias goes to the primal only."
     z = torch.cat([x, t]) @ m.weight.T
     n = x.shape[0]
     return (z[:n] + m.bias if m.bias is not None else z[:n]), z[n:]
+
 
 
 def _pair_arith(op, a, b):
@@ -94,6 +101,7 @@ def _pair_arith(op, a, b):
         t = None if tx is None and ty is None else \
             (0 if tx is None else tx * y) + (0 if ty is None else x * ty)
     return v, t
+
 
 
 def _stacked_jvp(fn, h: Tensor, t: Tensor) -> tuple[Tensor, Tensor] | None:
@@ -134,7 +142,8 @@ def _stacked_jvp(fn, h: Tensor, t: Tensor) -> tuple[Tensor, Tensor] | None:
                 env[node] = _stacked(_log_softmax, x, tx, dim)
     return None
 
-# %% ../nbs/07_jvp.ipynb #84041315
+
+# %% ../nbs/07_jvp.ipynb #712112f8
 _BEFORE_ATTN = ("hook_resid_pre", "hook_attn_in", "hook_q_input", "hook_k_input", "hook_v_input",
                 "ln1.hook_scale", "ln1.hook_normalized", "attn.hook_q", "attn.hook_k",
                 "attn.hook_v", "attn.hook_rot_q", "attn.hook_rot_k")
@@ -165,6 +174,7 @@ def _diagonal_from(model, hook: str, start) -> int | None:
         else (start[0] + 1 if parts[0] == "blocks" else start[0])
 
 
+# %% ../nbs/07_jvp.ipynb #73cfbb49
 @contextmanager
 def _diagonal_attention(model, first: int):
     """All T one-position tangents in one pass: position t of the tangent carries problem t's tangent.
@@ -205,6 +215,7 @@ def _diagonal_attention(model, first: int):
     finally:
         for h in stack: h.remove()
         cap.clear()
+
 
 # %% ../nbs/07_jvp.ipynb #7c1d0a02
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:

@@ -17,12 +17,14 @@ from tqdm import tqdm
 from .base import Core, as_acts
 from .hooks import _QUERY_AXIS_HOOKS, _is_hooked, _n_args, replace_activation
 from .ace import ACE
+from fastcore.basics import patch
+
 
 # %% auto #0
 __all__ = ['MODES', 'ablate', 'sufficiency', 'necessity', 'CoreDims', 'core_dims', 'hook_evaluator', 'mean_core', 'random_core',
            'pca_core', 'pca_cores', 'class_means_core', 'probe_core']
 
-# %% ../nbs/11_ablate.ipynb #dbeaeff0
+# %% ../nbs/11_ablate.ipynb #389045c5
 MODES = ("keep", "remove", "flip")
 
 
@@ -57,6 +59,7 @@ def _where(pos, B: int, T: int, device) -> Tensor:
     return mask
 
 
+# %% ../nbs/11_ablate.ipynb #4cce5364
 @contextmanager
 def ablate(model: nn.Module, hook: str, core: Core, mode: str = "keep", pos: int | slice | Tensor | None = None):
     """Within the block, replace the activation at `hook` by `core.keep`, `core.remove` or the core's reflection (at `pos`, or everywhere).
@@ -130,6 +133,7 @@ def ablate(model: nn.Module, hook: str, core: Core, mode: str = "keep", pos: int
     with replace_activation(model, hook, fn):
         yield model
 
+
 # %% ../nbs/11_ablate.ipynb #8e63b76c
 def _gap(intact: float, chance: float) -> float:
     gap = float(intact) - float(chance)
@@ -176,7 +180,7 @@ def necessity(perf_remove: float, intact: float, chance: float) -> float:
     """
     return (float(intact) - float(perf_remove)) / _gap(intact, chance)
 
-# %% ../nbs/11_ablate.ipynb #7f8954b2
+# %% ../nbs/11_ablate.ipynb #a022816a
 @dataclass
 class CoreDims:
     """The result of `core_dims`: the smallest sufficient and necessary k, and the measurements per k.
@@ -205,44 +209,51 @@ class CoreDims:
     remove: list[float] = field(default_factory=list)   # the raw metric, core removed
     skipped: dict = field(default_factory=dict)         # k → why the source gave no core
 
-    def bounded(self, which: str = "k_sufficient") -> tuple[int, bool]:
-        """`k_sufficient` or `k_necessary` as a number, and whether it is censored.
 
-        The one home of the rule "None counts as k_max + 1": when no k searched qualified, the answer
-        is the largest k searched + 1, a lower bound, flagged as censored so that tables and figures
-        can say so.
+# %% ../nbs/11_ablate.ipynb #c7f81eab
+@patch
+def bounded(self: CoreDims, which: str = "k_sufficient") -> tuple[int, bool]:
+    """`k_sufficient` or `k_necessary` as a number, and whether it is censored.
 
-        Parameters
-        ----------
-        which : {"k_sufficient", "k_necessary"}
+    The one home of the rule "None counts as k_max + 1": when no k searched qualified, the answer
+    is the largest k searched + 1, a lower bound, flagged as censored so that tables and figures
+    can say so.
 
-        Returns
-        -------
-        (int, bool)
-            The k, and True when it is the lower bound `ks[-1] + 1`.
+    Parameters
+    ----------
+    which : {"k_sufficient", "k_necessary"}
 
-        Raises
-        ------
-        ValueError
-            If `which` is neither name, or no k was searched.
-        """
-        if which not in ("k_sufficient", "k_necessary"):
-            raise ValueError(f"which must be 'k_sufficient' or 'k_necessary', got {which!r}")
-        k = getattr(self, which)
-        if k is not None:
-            return k, False
-        if not self.ks:
-            raise ValueError(f"{which} is None and no k was searched: there is no bound")
-        return self.ks[-1] + 1, True
+    Returns
+    -------
+    (int, bool)
+        The k, and True when it is the lower bound `ks[-1] + 1`.
 
-    def table(self) -> str:
-        "The measurements as a markdown table (a skipped k says why)."
-        rows = [f"| {k} | skipped: {self.skipped[k]} | | | |" if k in self.skipped else
-                f"| {k} | {a:.4g} | {s:.3f} | {b:.4g} | {n:.3f} |"
-                for k, a, s, b, n in zip(self.ks, self.keep, self.sufficiency, self.remove, self.necessity)]
-        return "| k | keep | sufficiency | remove | necessity |\n|---|---|---|---|---|\n" + "\n".join(rows)
+    Raises
+    ------
+    ValueError
+        If `which` is neither name, or no k was searched.
+    """
+    if which not in ("k_sufficient", "k_necessary"):
+        raise ValueError(f"which must be 'k_sufficient' or 'k_necessary', got {which!r}")
+    k = getattr(self, which)
+    if k is not None:
+        return k, False
+    if not self.ks:
+        raise ValueError(f"{which} is None and no k was searched: there is no bound")
+    return self.ks[-1] + 1, True
 
 
+# %% ../nbs/11_ablate.ipynb #bd64c64a
+@patch
+def table(self: CoreDims) -> str:
+    "The measurements as a markdown table (a skipped k says why)."
+    rows = [f"| {k} | skipped: {self.skipped[k]} | | | |" if k in self.skipped else
+            f"| {k} | {a:.4g} | {s:.3f} | {b:.4g} | {n:.3f} |"
+            for k, a, s, b, n in zip(self.ks, self.keep, self.sufficiency, self.remove, self.necessity)]
+    return "| k | keep | sufficiency | remove | necessity |\n|---|---|---|---|---|\n" + "\n".join(rows)
+
+
+# %% ../nbs/11_ablate.ipynb #d8c667ca
 def _smallest(ks: list[int], ok: Callable[[int], bool], bisect: bool) -> int | None:
     "The smallest k in `ks` with ok(k): every k in turn, or by bisection (ok monotone in k)."
     if not ks: return None
@@ -258,6 +269,7 @@ def _smallest(ks: list[int], ok: Callable[[int], bool], bisect: bool) -> int | N
     return ks[hi]
 
 
+# %% ../nbs/11_ablate.ipynb #fc8c9e7a
 def core_dims(evaluate: Callable[[Core, str], float], cores: ACE | Callable[[int], Core],
               ks: Iterable[int], intact: float, chance: float,
               sufficient: float = 0.9, necessary: float = 0.9, *, thresholds: str = "relative",
@@ -353,6 +365,7 @@ def core_dims(evaluate: Callable[[Core, str], float], cores: ACE | Callable[[int
                     skipped)
 
 
+# %% ../nbs/11_ablate.ipynb #662ea63d
 def hook_evaluator(model: nn.Module, hook: str, inputs: Tensor, metric: Callable[..., float],
                    pos: int | None = None) -> Callable[[Core | None, str], float]:
     """`evaluate(core, mode)`: `metric(model(inputs)[, inputs])` with `core` kept/removed at `hook` (None: intact).
@@ -390,7 +403,8 @@ def hook_evaluator(model: nn.Module, hook: str, inputs: Tensor, metric: Callable
                 return float(score(model(inputs)))
     return evaluate
 
-# %% ../nbs/11_ablate.ipynb #fd7cec8f
+
+# %% ../nbs/11_ablate.ipynb #8649b6a4
 def mean_core(mean: Tensor) -> Core:
     """The chance baseline: the core with no directions (k = 0) through `mean`.
 
@@ -418,6 +432,7 @@ def mean_core(mean: Tensor) -> Core:
     return Core(torch.zeros(m.shape[0], 0, dtype=torch.float64), m)
 
 
+# %% ../nbs/11_ablate.ipynb #a85c57e7
 def random_core(d: int, k: int, mean: Tensor, seed: int = 0) -> Core:
     """A uniformly random k-dim subspace of R^d through `mean` (Haar-distributed, seeded).
 
@@ -444,6 +459,7 @@ def random_core(d: int, k: int, mean: Tensor, seed: int = 0) -> Core:
     return Core(Q * torch.sign(torch.diagonal(R)), mean)          # sign fix: Haar-distributed
 
 
+# %% ../nbs/11_ablate.ipynb #b8edf207
 def pca_core(acts: Tensor, k: int) -> Core:
     """Top-k principal directions of `acts`.
 
@@ -465,6 +481,7 @@ def pca_core(acts: Tensor, k: int) -> Core:
     return pca_cores(acts)(k)
 
 
+# %% ../nbs/11_ablate.ipynb #4c9e3b5e
 def pca_cores(acts: Tensor) -> Callable[[int], Core]:
     """`k ↦ pca_core(acts, k)` from one SVD: what `core_dims` takes, without an SVD for each k it tries.
 
@@ -493,6 +510,7 @@ def pca_cores(acts: Tensor) -> Callable[[int], Core]:
     return core
 
 
+# %% ../nbs/11_ablate.ipynb #be339bef
 def class_means_core(acts: Tensor, labels: Tensor, k: int | None = None) -> Core:
     """Span of the size-weighted class-mean deviations (difference of means for 2 classes), top k.
 
@@ -524,6 +542,7 @@ def class_means_core(acts: Tensor, labels: Tensor, k: int | None = None) -> Core
     return Core.from_span(dev, mean, k)
 
 
+# %% ../nbs/11_ablate.ipynb #a2cfee38
 def probe_core(acts: Tensor, targets: Tensor, k: int | None = None, ridge: float = 1e-3) -> Core:
     """Top-k directions of a ridge least-squares linear probe onto `targets`.
 
@@ -557,3 +576,4 @@ def probe_core(acts: Tensor, targets: Tensor, k: int | None = None, ridge: float
     Wp = torch.linalg.solve(H.T @ H + ridge * a.shape[0] * torch.eye(a.shape[1], dtype=torch.float64),
                             H.T @ (Y - Y.mean(0)))                  # [D, m]
     return Core.from_span(Wp, mean, k)
+

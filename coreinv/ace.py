@@ -10,6 +10,7 @@ import warnings
 from typing import Callable, Iterable
 
 import torch
+from fastcore.basics import patch
 from torch import Tensor, nn
 from torch.func import jvp, vjp, vmap
 from tqdm import tqdm
@@ -23,77 +24,7 @@ from .hooks import _check_tokens, _n_args, _resolve, replace_activation
 # %% auto #0
 __all__ = ['ACE']
 
-# %% ../nbs/10_ace.ipynb #e078d7c4
-def _default_rtol(dtype: torch.dtype) -> float:
-    return max(100 * torch.finfo(dtype).eps, 1e-12)
-
-
-def _task(fn: Callable, n: int, d: int, sketch: Tensor | None, center: bool) -> Callable:
-    "Wrap `fn` so it returns centred (and optionally sketched) outputs [n, O'] with a shape check."
-    def f(x):                                          # x: [n, d]
-        y = fn(x)
-        if not isinstance(y, Tensor):
-            raise ValueError(f"outputs must return a torch.Tensor, got {type(y).__name__}")
-        if y.ndim == 1: y = y[:, None]
-        if y.ndim != 2 or y.shape[0] != n:
-            raise ValueError(f"acts batch has shape ({n}, {d}) but outputs returned "
-                             f"{tuple(y.shape)}; expected ({n}, O)")
-        if center and y.shape[1] > 1:
-            y = y - y.mean(-1, keepdim=True)           # centre across the O outputs
-        if sketch is not None:
-            if sketch.shape[0] != y.shape[1]:
-                raise ValueError(f"outputs changed width: {y.shape[1]} vs {sketch.shape[0]} before")
-            y = y @ sketch.to(y.dtype)
-        return y                                       # [n, O']
-    return f
-
-
-def _probe(fn: Callable, x: Tensor, what: str = "outputs"):
-    """Run `fn` once on a batch and on its two halves: refuse in-place writes and mixed rows.
-
-    `fn` gets clones, so nothing reaches the caller's tensor. A readout that writes into its input
-    (`h.mul_(2)`) or whose rows interact (`log_softmax(0)`, batch statistics) would make the JVP of
-    a batch something other than the per-sample products J_n h̃_n: both are `ValueError`s.
-    Failures of other kinds are left to the differentiating pass, which reports them.
-    """
-    n = x.shape[0]
-    xc = x.clone()
-    try:
-        with torch.no_grad():
-            y = fn(xc)
-    except Exception:
-        return
-    if x.is_floating_point() and not torch.equal(xc, x):
-        raise ValueError(f"{what} wrote into its input in place (e.g. h.mul_(2)); use out-of-place "
-                         f"operations (h * 2): the caller's activations must not change")
-    if n < 2 or not isinstance(y, Tensor) or y.ndim < 1 or y.shape[0] != n or not y.is_floating_point():
-        return
-    m = n // 2
-    try:
-        with torch.no_grad():
-            yh = torch.cat([fn(x[:m].clone()), fn(x[m:].clone())])
-    except Exception:
-        return
-    _check_rows(y, yh, what)
-
-
-def _warn_centring(fn: Callable, h: Tensor):
-    "Warn when centring across the outputs would remove most of their variance over the batch `h`."
-    try:
-        with torch.no_grad(): y = fn(h.clone())
-    except Exception:
-        return
-    if not isinstance(y, Tensor) or y.ndim != 2 or min(y.shape) < 2: return
-    dev = y.double() - y.double().mean(0)                               # [n, O]
-    total = float(dev.pow(2).sum())
-    share = float(dev.mean(1).pow(2).sum()) * y.shape[1] / total if total > 0 else 0.0
-    if share > 0.5:
-        warnings.warn(f"center_outputs=True removes {share:.0%} of the outputs' variance (their mean across "
-                      f"the {y.shape[1]} outputs): right for log-probabilities over a class set, wrong for "
-                      f"same-sign margins whose shared part is the signal; pass center_outputs=False there",
-                      RuntimeWarning, stacklevel=4)
-
-# %% ../nbs/10_ace.ipynb #ef424948
+# %% ../nbs/10_ace.ipynb #b321ebfa
 class ACE(Estimator):
     """Algorithmic Core Extraction: the subspace of a layer that is both active and output-relevant.
 
@@ -141,6 +72,8 @@ class ACE(Estimator):
     stats_ : dict
         The running sums that `partial_fit` adds to.
     """
+    _fitted_attr = "basis_"
+
     def __init__(self, method: str = "jvp", n_components: int | None = None, batch_size: int = 1024,
                  n_sketch: int | None = None, center_outputs: bool = True, rtol: float | None = None,
                  seed: int = 0, float64: bool = False):
@@ -148,412 +81,202 @@ class ACE(Estimator):
         self.n_sketch, self.center_outputs, self.rtol, self.seed = n_sketch, center_outputs, rtol, seed
         self.float64 = float64
 
-    def fit(self, acts: Tensor, outputs: Callable[[Tensor], Tensor]) -> "ACE":
-        """Fit on `acts` with `outputs`: `partial_fit` once over all the data, then `finalize`.
 
-        With `torch.distributed` initialised, every rank passes its own shard (possibly empty);
-        the mean and the statistics are summed over all ranks and every rank gets the same fit.
+# %% ../nbs/10_ace.ipynb #4f11c195
+@patch
+def _check_params(self: ACE):
+    if self.method not in ("jvp", "gramian"):
+        raise ValueError(f"method must be 'jvp' or 'gramian', got {self.method!r}")
+    if not (isinstance(self.batch_size, int) and self.batch_size >= 1):
+        raise ValueError(f"batch_size must be a positive int, got {self.batch_size!r}")
+    if self.n_sketch is not None and (self.method != "gramian" or self.n_sketch < 1):
+        raise ValueError(f"n_sketch={self.n_sketch!r} needs method='gramian' and n_sketch ≥ 1")
+    if self.n_components is not None and self.n_components < 1:
+        raise ValueError(f"n_components must be ≥ 1 or None, got {self.n_components}")
+    if not isinstance(self.float64, bool):
+        raise ValueError(f"float64 must be True or False, got {self.float64!r}")
 
-        Parameters
-        ----------
-        acts : Tensor [N, D], floating point
-        outputs : callable [n, D] → [n, O] (or [n])
-            Pure and differentiable with `torch.func`; rows must not interact. It gets copies of
-            the activations: a readout that writes into its input, or whose rows interact (checked
-            on the first 64 rows against their two halves), is refused.
 
-        Returns
-        -------
-        self, fitted on all the data (of every rank)
+# %% ../nbs/10_ace.ipynb #97fe404b
+@patch
+def _start(self: ACE, centre: Tensor, dtype: torch.dtype, device=None):
+    "Empty running sums, centred at `centre` [D] (float64); `dtype`, `device`: the activations'."
+    D = centre.shape[0]
+    self.stats_ = dict(centre=centre, dtype=dtype, device=torch.device(device or "cpu"), n=0,
+                       sum_h=torch.zeros(D, dtype=torch.float64), hh=0.0, vv=0.0, cross=None,
+                       sum_g=None, sketch=None, probed=False)
 
-        Raises
-        ------
-        ValueError
-            On malformed input, outputs that do not depend on acts, write into acts or mix rows,
-            or a degenerate fit.
-        RuntimeError
-            Under torch.distributed, when another rank failed.
-        """
-        self._reset()
-        part, err = None, None
-        try:
-            self._check_params()
-            acts = as_acts(acts, min_samples=2 if world()[1] == 1 else 0, float64=False)
-            if not callable(outputs):
-                raise ValueError(f"outputs must be a callable [n, D] → [n, O], got {type(outputs).__name__}")
-            part = (acts.shape[0], acts.double().sum(0).cpu())
-        except Exception as e:
-            err = e
-        mean = _global_mean(gather(part, "ACE.fit", err))      # Σ h / N over every rank: [D]
-        try:
-            self.partial_fit(acts, outputs, mean=mean)
-        except Exception as e:
-            err = e
-        return self._finalize(err)
 
-    def partial_fit(self, acts: Tensor, outputs: Callable[[Tensor], Tensor],
-                    mean: Tensor | None = None) -> "ACE":
-        """Add one batch of samples to the running statistics; `finalize` then does the SVD.
+# %% ../nbs/10_ace.ipynb #f52db3e5
+def _task(fn: Callable, n: int, d: int, sketch: Tensor | None, center: bool) -> Callable:
+    "Wrap `fn` so it returns centred (and optionally sketched) outputs [n, O'] with a shape check."
+    def f(x):                                          # x: [n, d]
+        y = fn(x)
+        if not isinstance(y, Tensor):
+            raise ValueError(f"outputs must return a torch.Tensor, got {type(y).__name__}")
+        if y.ndim == 1: y = y[:, None]
+        if y.ndim != 2 or y.shape[0] != n:
+            raise ValueError(f"acts batch has shape ({n}, {d}) but outputs returned "
+                             f"{tuple(y.shape)}; expected ({n}, O)")
+        if center and y.shape[1] > 1:
+            y = y - y.mean(-1, keepdim=True)           # centre across the O outputs
+        if sketch is not None:
+            if sketch.shape[0] != y.shape[1]:
+                raise ValueError(f"outputs changed width: {y.shape[1]} vs {sketch.shape[0]} before")
+            y = y @ sketch.to(y.dtype)
+        return y                                       # [n, O']
+    return f
 
-        Parameters
-        ----------
-        acts : Tensor [n, D], floating point (n may be 0)
-        outputs : callable [n, D] → [n, O]
-        mean : Tensor [D] or None
-            The mean of *all* the data, fixed on the first call. The "jvp" form needs it because
-            its tangent is h − h̄; the "gramian" form is exact without it (its statistics are
-            re-centred in `finalize`).
 
-        Returns
-        -------
-        self, with the batch added to `stats_` (call `finalize` to refit)
+# %% ../nbs/10_ace.ipynb #3bd48cd2
+@patch
+def _jvp_batch(self: ACE, fn: Callable, own, h: Tensor, hc: Tensor, ht: Tensor) -> tuple[Tensor, float]:
+    "One batch of the jvp form: (Σ_n h̃_n v_nᵀ [D, O] float64, Σ‖v_n‖²) with v_n = J_n h̃_n."
+    n, D = h.shape
+    if own is not None: fast = own(hc, ht)
+    else:
+        try: fast = _stacked_jvp(fn, hc, ht)       # primal and tangent in one pass
+        except Exception: fast = None              # anything odd: torch.func decides
+    if fast is None:
+        f = _task(fn, n, D, None, self.center_outputs)
+        y, v = _call("jvp", tuple(h.shape), jvp, f, (hc,), (ht,))  # v = J_n h̃_n: [n, O]
+    else:
+        y, v = (_task(lambda _, a=a: a, n, D, None, self.center_outputs)(hc) for a in fast)
+    _check_inplace(hc, h)
+    if not math.isfinite(float(y.sum())):          # a sum is NaN/Inf iff an entry is (then count)
+        _check_finite(y, "value")
+    vv = float(v.double().pow(2).sum())
+    if not math.isfinite(vv): _check_finite(v, "Jacobian-vector product")
+    part = (ht.T @ v.to(ht.dtype)).double().cpu()  # [D, O]: batch sum in the compute dtype
+    return part, vv
 
-        Raises
-        ------
-        ValueError
-            On malformed input, a missing or changed `mean`, or a change of D or O.
-        """
-        self._check_params()
-        acts = as_acts(acts, float64=False)
-        if not callable(outputs):
-            raise ValueError(f"outputs must be a callable [n, D] → [n, O], got {type(outputs).__name__}")
-        D = acts.shape[1]
-        if getattr(self, "stats_", None) is None:
-            if mean is None and self.method == "jvp":
-                raise ValueError("method='jvp' centres every tangent at the mean of all the data, so "
-                                 "the first partial_fit needs it: pass mean= (e.g. from a first pass "
-                                 "over the data), or call fit")
-            centre = mean if mean is not None else (acts.double().mean(0) if len(acts) else
-                                                     torch.zeros(D, dtype=torch.float64))
-            self._start(as_acts(torch.as_tensor(centre).reshape(1, -1), "mean")[0], acts.dtype, acts.device)
-        elif mean is not None and not torch.equal(torch.as_tensor(mean).double().cpu().reshape(-1),
-                                                  self.stats_["centre"]):
-            raise ValueError("mean differs from the one the first partial_fit fixed")
-        if self.stats_["centre"].shape[0] != D:
-            raise ValueError(f"acts has D={D} but the statistics have D={self.stats_['centre'].shape[0]}")
-        bs = self.batch_size
-        self._accumulate((acts[i:i + bs], outputs) for i in range(0, acts.shape[0], bs))
-        return self
 
-    def finalize(self) -> "ACE":
-        """Sum the statistics over ranks (under torch.distributed) and set the fitted attributes.
+# %% ../nbs/10_ace.ipynb #59db4924
+@patch
+def _gramian_batch(self: ACE, fn: Callable, h: Tensor, hc: Tensor, ht: Tensor) -> tuple[Tensor, float]:
+    "One batch of the gramian form: (Σ_n h̃_n g_{n,o}ᵀ [O', D, D] float64, Σ‖g‖²); adds Σ_n g_{n,o} to stats_."
+    st = self.stats_
+    n, D = h.shape
+    if st["sketch"] is None and self.n_sketch is not None:
+        O = _task(fn, n, D, None, self.center_outputs)(h).shape[1]
+        gen = torch.Generator().manual_seed(self.seed)
+        sketch = torch.randn(O, self.n_sketch, generator=gen, dtype=torch.float64)
+        st["sketch"] = sketch / self.n_sketch ** 0.5
+    sk = None if st["sketch"] is None else st["sketch"].to(h.device)
+    f = _task(fn, n, D, sk, self.center_outputs)
+    y, pull = _call("vjp", tuple(h.shape), vjp, f, hc)               # y: [n, O']
+    _check_inplace(hc, h)
+    _check_finite(y, "value")
+    O = y.shape[1]
+    if O * D * D > 2e8:
+        raise ValueError(f"gramian with O={O}, D={D} needs {O * D * D * 8 / 1e9:.1f} GB: "
+                         f"pass n_sketch (e.g. 64) or use method='jvp'")
+    E = torch.eye(O, dtype=y.dtype, device=y.device)[:, None, :].expand(O, n, O)
+    G = vmap(lambda e: pull(e)[0], chunk_size=16)(E)  # [O', n, D] gradients g_{n,o}
+    _check_finite(G, "Jacobian")
+    part = torch.einsum("nd,one->ode", ht.double(), G.double()).cpu()   # [O', D, D]
+    vv = float(G.double().pow(2).sum())
+    sg = G.double().sum(1).cpu()                                      # [O', D]
+    st["sum_g"] = sg if st["sum_g"] is None else st["sum_g"] + sg
+    return part, vv
 
-        Returns
-        -------
-        self
 
-        Raises
-        ------
-        ValueError
-            If there is nothing to fit, the Jacobian is zero, or the cross-covariance vanishes.
-        """
-        return self._finalize(None)
+# %% ../nbs/10_ace.ipynb #e54e6010
+def _probe(fn: Callable, x: Tensor, what: str = "outputs"):
+    """Run `fn` once on a batch and on its two halves: refuse in-place writes and mixed rows.
 
-    def _check_params(self):
-        if self.method not in ("jvp", "gramian"):
-            raise ValueError(f"method must be 'jvp' or 'gramian', got {self.method!r}")
-        if not (isinstance(self.batch_size, int) and self.batch_size >= 1):
-            raise ValueError(f"batch_size must be a positive int, got {self.batch_size!r}")
-        if self.n_sketch is not None and (self.method != "gramian" or self.n_sketch < 1):
-            raise ValueError(f"n_sketch={self.n_sketch!r} needs method='gramian' and n_sketch ≥ 1")
-        if self.n_components is not None and self.n_components < 1:
-            raise ValueError(f"n_components must be ≥ 1 or None, got {self.n_components}")
-        if not isinstance(self.float64, bool):
-            raise ValueError(f"float64 must be True or False, got {self.float64!r}")
+    `fn` gets clones, so nothing reaches the caller's tensor. A readout that writes into its input
+    (`h.mul_(2)`) or whose rows interact (`log_softmax(0)`, batch statistics) would make the JVP of
+    a batch something other than the per-sample products J_n h̃_n: both are `ValueError`s.
+    Failures of other kinds are left to the differentiating pass, which reports them.
+    """
+    n = x.shape[0]
+    xc = x.clone()
+    try:
+        with torch.no_grad():
+            y = fn(xc)
+    except Exception:
+        return
+    if x.is_floating_point() and not torch.equal(xc, x):
+        raise ValueError(f"{what} wrote into its input in place (e.g. h.mul_(2)); use out-of-place "
+                         f"operations (h * 2): the caller's activations must not change")
+    if n < 2 or not isinstance(y, Tensor) or y.ndim < 1 or y.shape[0] != n or not y.is_floating_point():
+        return
+    m = n // 2
+    try:
+        with torch.no_grad():
+            yh = torch.cat([fn(x[:m].clone()), fn(x[m:].clone())])
+    except Exception:
+        return
+    _check_rows(y, yh, what)
 
-    def _start(self, centre: Tensor, dtype: torch.dtype, device=None):
-        "Empty running sums, centred at `centre` [D] (float64); `dtype`, `device`: the activations'."
-        D = centre.shape[0]
-        self.stats_ = dict(centre=centre, dtype=dtype, device=torch.device(device or "cpu"), n=0,
-                           sum_h=torch.zeros(D, dtype=torch.float64), hh=0.0, vv=0.0, cross=None,
-                           sum_g=None, sketch=None, probed=False)
 
-    def _accumulate(self, batches: Iterable):
-        "Add `(h [n, D], outputs)` batches to M's sum (jvp) or the C_o's sums (gramian)."
-        st = self.stats_
-        D = st["centre"].shape[0]
-        with torch.no_grad():                              # torch.func ignores it; model params don't build graphs
-            for h, fn in batches:
-                n = h.shape[0]
-                if n == 0: continue
-                h = h.to(_compute_dtype(h.dtype))                  # bfloat16/float16 → float32
-                ours = getattr(fn, "is_fit_hook_pass", False)      # fit_hook's `_Downstream`
-                own = fn.jvp if self.method == "jvp" and ours else None  # its one-pass JVP
-                if not st["probed"]:                               # in-place writes, mixed rows
-                    if ours:                                       # fit_hook's readout, on this batch
-                        if own is None: fn.probe(h)                # (its JVP probes the readout itself)
-                    else:
-                        _probe(fn, h[:64])
-                        if self.center_outputs: _warn_centring(fn, h)
-                    st["probed"] = True
-                ht = h - st["centre"].to(h.device, h.dtype)     # [n, D] centred activations
-                hc = h.clone()                                     # the readout never sees the caller's tensor
-                if self.method == "jvp":
-                    if own is not None: fast = own(hc, ht)
-                    else:
-                        try: fast = _stacked_jvp(fn, hc, ht)       # primal and tangent in one pass
-                        except Exception: fast = None              # anything odd: torch.func decides
-                    if fast is None:
-                        f = _task(fn, n, D, None, self.center_outputs)
-                        y, v = _call("jvp", tuple(h.shape), jvp, f, (hc,), (ht,))  # v = J_n h̃_n: [n, O]
-                    else:
-                        y, v = (_task(lambda _, a=a: a, n, D, None, self.center_outputs)(hc) for a in fast)
-                    _check_inplace(hc, h)
-                    if not math.isfinite(float(y.sum())):          # a sum is NaN/Inf iff an entry is (then count)
-                        _check_finite(y, "value")
-                    vv = float(v.double().pow(2).sum())
-                    if not math.isfinite(vv): _check_finite(v, "Jacobian-vector product")
-                    part = (ht.T @ v.to(ht.dtype)).double().cpu()  # [D, O]: batch sum in the compute dtype
+def _warn_centring(fn: Callable, h: Tensor):
+    "Warn when centring across the outputs would remove most of their variance over the batch `h`."
+    try:
+        with torch.no_grad(): y = fn(h.clone())
+    except Exception:
+        return
+    if not isinstance(y, Tensor) or y.ndim != 2 or min(y.shape) < 2: return
+    dev = y.double() - y.double().mean(0)                               # [n, O]
+    total = float(dev.pow(2).sum())
+    share = float(dev.mean(1).pow(2).sum()) * y.shape[1] / total if total > 0 else 0.0
+    if share > 0.5:
+        warnings.warn(f"center_outputs=True removes {share:.0%} of the outputs' variance (their mean across "
+                      f"the {y.shape[1]} outputs): right for log-probabilities over a class set, wrong for "
+                      f"same-sign margins whose shared part is the signal; pass center_outputs=False there",
+                      RuntimeWarning, stacklevel=4)
+
+
+# %% ../nbs/10_ace.ipynb #817e5eb1
+@patch
+def _accumulate(self: ACE, batches: Iterable):
+    "Add `(h [n, D], outputs)` batches to M's sum (jvp) or the C_o's sums (gramian)."
+    st = self.stats_
+    with torch.no_grad():                              # torch.func ignores it; model params don't build graphs
+        for h, fn in batches:
+            n = h.shape[0]
+            if n == 0: continue
+            h = h.to(_compute_dtype(h.dtype))                  # bfloat16/float16 → float32
+            ours = getattr(fn, "is_fit_hook_pass", False)      # fit_hook's `_Downstream`
+            own = fn.jvp if self.method == "jvp" and ours else None  # its one-pass JVP
+            if not st["probed"]:                               # in-place writes, mixed rows
+                if ours:                                       # fit_hook's readout, on this batch
+                    if own is None: fn.probe(h)                # (its JVP probes the readout itself)
                 else:
-                    if st["sketch"] is None and self.n_sketch is not None:
-                        O = _task(fn, n, D, None, self.center_outputs)(h).shape[1]
-                        gen = torch.Generator().manual_seed(self.seed)
-                        sketch = torch.randn(O, self.n_sketch, generator=gen, dtype=torch.float64)
-                        st["sketch"] = sketch / self.n_sketch ** 0.5
-                    sk = None if st["sketch"] is None else st["sketch"].to(h.device)
-                    f = _task(fn, n, D, sk, self.center_outputs)
-                    y, pull = _call("vjp", tuple(h.shape), vjp, f, hc)               # y: [n, O']
-                    _check_inplace(hc, h)
-                    _check_finite(y, "value")
-                    O = y.shape[1]
-                    if O * D * D > 2e8:
-                        raise ValueError(f"gramian with O={O}, D={D} needs {O * D * D * 8 / 1e9:.1f} GB: "
-                                         f"pass n_sketch (e.g. 64) or use method='jvp'")
-                    E = torch.eye(O, dtype=y.dtype, device=y.device)[:, None, :].expand(O, n, O)
-                    G = vmap(lambda e: pull(e)[0], chunk_size=16)(E)  # [O', n, D] gradients g_{n,o}
-                    _check_finite(G, "Jacobian")
-                    part = torch.einsum("nd,one->ode", ht.double(), G.double()).cpu()   # [O', D, D]
-                    vv = float(G.double().pow(2).sum())
-                    sg = G.double().sum(1).cpu()                                      # [O', D]
-                    st["sum_g"] = sg if st["sum_g"] is None else st["sum_g"] + sg
-                if st["cross"] is not None and st["cross"].shape != part.shape:
-                    raise ValueError(f"outputs changed width between batches: {tuple(part.shape)} vs "
-                                     f"{tuple(st['cross'].shape)}")
-                st["cross"] = part if st["cross"] is None else st["cross"] + part
-                htd = ht.double()
-                st["sum_h"] += htd.sum(0).cpu()
-                st["hh"] += float(htd.pow(2).sum())
-                st["vv"] += vv
-                st["n"] += n
+                    _probe(fn, h[:64])
+                    if self.center_outputs: _warn_centring(fn, h)
+                st["probed"] = True
+            ht = h - st["centre"].to(h.device, h.dtype)     # [n, D] centred activations
+            hc = h.clone()                                     # the readout never sees the caller's tensor
+            if self.method == "jvp": part, vv = self._jvp_batch(fn, own, h, hc, ht)
+            else: part, vv = self._gramian_batch(fn, h, hc, ht)
+            if st["cross"] is not None and st["cross"].shape != part.shape:
+                raise ValueError(f"outputs changed width between batches: {tuple(part.shape)} vs "
+                                 f"{tuple(st['cross'].shape)}")
+            st["cross"] = part if st["cross"] is None else st["cross"] + part
+            htd = ht.double()
+            st["sum_h"] += htd.sum(0).cpu()
+            st["hh"] += float(htd.pow(2).sum())
+            st["vv"] += vv
+            st["n"] += n
 
-    def _finalize(self, error: BaseException | None) -> "ACE":
-        "Reduce the running sums over ranks (checking that none failed), re-centre, SVD."
-        st = getattr(self, "stats_", None)
-        if error is None and st is None:
-            error = ValueError("no batches to fit: call partial_fit first")
-        meta = None if error is not None else dict(
-            n=st["n"], sum_h=st["sum_h"], centre=st["centre"], rtol=_default_rtol(_compute_dtype(st["dtype"])),
-            shape=None if st["cross"] is None else tuple(st["cross"].shape))
-        metas = gather(meta, "ACE.finalize", error)
-        N = sum(m["n"] for m in metas)
-        shapes = {m["shape"] for m in metas if m["shape"] is not None}
-        if N == 0 or not shapes:
-            raise ValueError("no batches to fit")
-        if N < 2:
-            raise ValueError(f"ACE needs N ≥ 2 samples to centre, got N={N}")
-        if len(shapes) > 1:
-            raise ValueError(f"outputs have different widths on different ranks or batches: {sorted(shapes)}")
-        shape = shapes.pop()
-        mean = sum(m["n"] * m["centre"] + m["sum_h"] for m in metas) / N              # [D]
-        d = mean - st["centre"]                                                       # [D]
-        cross = st["cross"] if st["cross"] is not None else torch.zeros(shape, dtype=torch.float64)
-        hh = st["hh"] - 2 * float(d @ st["sum_h"]) + st["n"] * float(d @ d)           # Σ‖h − h̄‖²
-        if self.method == "gramian" and st["sum_g"] is not None:
-            cross = cross - torch.einsum("d,oe->ode", d, st["sum_g"])                 # Σ (h − h̄) g_oᵀ
-        tot = all_reduce_sum(torch.cat([cross.reshape(-1), torch.tensor([hh, st["vv"]], dtype=torch.float64)]),
-                             "ACE.finalize")
-        acc, hh, vv = tot[:-2].reshape(shape), float(tot[-2]), float(tot[-1])
-        if self.method == "jvp":                  # the tangents used each rank's centre: it must be h̄
-            off = max(float((m["centre"] - mean).norm()) for m in metas if m["n"] > 0)
-            # up to the round-off of centring in the compute dtype: ε·(‖h̄‖ + spread), however large h̄
-            eps = torch.finfo(_compute_dtype(st["dtype"])).eps
-            if off > 1e-6 * (hh / N) ** 0.5 + 4 * eps * (float(mean.norm()) + (hh / N) ** 0.5):
-                raise ValueError(f"the jvp tangents were centred {off:.2g} away from the data's mean, more "
-                                 f"than round-off: with partial_fit, pass the mean of all the data (mean=) "
-                                 f"to the first call")
-        if vv == 0.0:
-            raise ValueError("the Jacobian of outputs with respect to acts is zero everywhere: outputs "
-                             "must depend on acts through differentiable torch operations (no .detach(), "
-                             "argmax or constants)")
-        D = mean.shape[0]
-        K = acc / N                                                       # M [D, O] or C [O, D, D]
-        if self.method == "gramian":
-            K = K.permute(1, 0, 2).reshape(D, -1)                        # [C_1 ... C_O]: [D, O·D]
-        U, S, _ = torch.linalg.svd(K, full_matrices=False)
-        scale = (hh * vv) ** 0.5 / N                                      # bound on ‖K‖_F
-        rtol = self.rtol if self.rtol is not None else max(m["rtol"] for m in metas if m["n"] > 0)
-        if not S[0] > rtol * scale:
-            raise ValueError(f"the {self.method} cross-covariance is numerically zero (σ₁ = {S[0]:.2g}, "
-                             f"scale {scale:.2g})" + (": with a linear readout the gramian form vanishes "
-                             "because the activations are centred; use method='jvp'"
-                             if self.method == "gramian" else ""))
-        r = int((S > rtol * S[0]).sum())
-        if self.n_components is not None: r = min(r, self.n_components)
-        basis = _fix_signs(U[:, :r])
-        self._core64_ = (basis, mean)                                   # what `core` builds from
-        out = dict(dtype=torch.float64, device="cpu") if self.float64 else \
-            dict(dtype=st["dtype"], device=st["device"])
-        self.mean_ = mean.to(**out)
-        self.singular_values_ = S[:r].to(**out)
-        self.basis_ = basis.to(**out)
-        self.n_samples_, self.n_outputs_ = N, (shape[1] if self.method == "jvp" else shape[0])
-        self.rank_ = r
-        return self
+def _check_inplace(seen: Tensor, orig: Tensor):
+    "The copy the readout got must be unchanged: an in-place write would corrupt the fit."
+    if not torch.equal(seen, orig):
+        raise ValueError("outputs wrote into its input in place (e.g. h.mul_(2)); use out-of-place "
+                         "operations (h * 2): the caller's activations must not change")
 
-    def fit_hook(self, model: nn.Module, inputs, hook: str,
-                 readout: Callable[..., Tensor], pos: int | None = None,
-                 joint: bool | None = None, progress: bool = True) -> "ACE":
-        """Fit at `hook` of `model`: the Jacobian goes through the whole rest of the forward pass.
 
-        Cost: one forward pass to the hook (the mean, activations kept for a list of batches), then
-        per batch one JVP of what follows the hook. On a `HookedTransformer` that JVP starts at the
-        hook (`start_at_layer`); elsewhere (a `TransformerBridge`, any other module) it runs the whole
-        model with the activation replaced. With method="jvp", rank ≤ number of outputs (the rank
-        is at most the number of outputs O, O − 1 for O > 1 centred outputs): a scalar readout, e.g.
-        a logit difference, gives a one-dimensional core; use method="gramian" or a multi-output
-        readout for more.
+def _check_finite(t: Tensor, what: str):
+    if not torch.isfinite(t).all():
+        raise ValueError(f"the {what} of outputs contains {int((~torch.isfinite(t)).sum())} NaN/Inf "
+                         f"entries: check the outputs callable (log of zero? overflow?)")
 
-        Parameters
-        ----------
-        model : nn.Module
-            A TransformerLens `HookedTransformer` or `TransformerBridge` (hook names) or any module
-            (module names), in eval mode, with its weights loaded (not on the meta device).
-        inputs : Tensor [batch, ...], or a re-iterable of such batches (a list, a DataLoader)
-            A Tensor is cut into `batch_size` chunks. Batches are read twice (the mean, then the
-            JVPs), so a one-shot generator is refused. For a TransformerLens model each batch must be
-            token ids [batch, pos] (an integer tensor, ids in 0..d_vocab − 1, at most n_ctx positions).
-        hook : str
-            Where the activation is taken, e.g. "blocks.1.hook_resid_post". The position axis is
-            axis 1 ([batch, pos, ...]), except at `hook_pattern` and `hook_attn_scores`
-            ([batch, head, query_pos, key_pos]), where it is the query axis; each sample is then
-            one query position's [head, key_pos] pattern. `hook_attn_scores` under a causal mask
-            holds -inf and is refused (fit at `hook_pattern`).
-        readout : callable (model_output) or (model_output, inputs) → [b, O] or [b, pos, O]
-            The task outputs, e.g. a TransformerLens metric `metric(logits)`; a callable with one
-            positional parameter gets the model's output only. A per-position readout [b, pos, O]
-            is read at each sample's own position. A 2-D readout [b, T] on an activation with T > 1
-            positions is ambiguous and refused: return [b, pos, 1] for one output per position.
-            Rows must not interact (checked on the first batch against its two halves).
-        pos : int or None
-            One query position, or None (default) for every position, each a sample with its
-            same-position Jacobian. Cost with `pos=None`: one JVP pass per batch where the joint pass
-            holds, or, on a causal `HookedTransformer` with a per-position readout, the one-pass form
-            that keeps each position's tangent apart through attention (checked on the first four
-            sequences against one JVP pass per position); otherwise (a `[b, O]` readout, a
-            `TransformerBridge`, bidirectional attention) the T one-position tangents go through one
-            `vmap`ped pass, whose work still grows with T.
-        joint : bool or None
-            Evaluate all positions in one plain JVP. It is exact only where positions do not
-            interact downstream of the hook (after the last attention layer, e.g. the last block's
-            `hook_resid_mid`/`hook_resid_post`, or in a model without attention), and needs a
-            per-position readout `[b, pos, O]`. It is checked on the first four sequences. None
-            (default): the joint pass wherever that check finds it exact to round-off, else per
-            position (see `pos`; a `[b, O]` readout is always per position). True: joint, or
-            ValueError. False: per position.
-        progress : bool, default True
-            tqdm bars over the forward pass to the hook (the mean) and over the JVP passes.
 
-        Returns
-        -------
-        self, with `hook_`, `pos_` and `joint_` (whether the joint pass was used) set.
-
-        Raises
-        ------
-        ValueError
-            On an unknown hook, active dropout, a model on the meta device, bad `pos`, inputs that are
-            not token ids in the vocabulary (float, out of range, on the meta device), an ambiguous
-            readout shape, a readout that mixes the samples of a batch, and whatever `fit` raises.
-        """
-        self._reset()
-        part, err, plan, use_joint = None, None, None, False
-        try:
-            self._check_params()
-            _resolve(model, hook)
-            drop = [n for n, m in model.named_modules() if isinstance(m, nn.Dropout) and m.training and m.p > 0]
-            if drop:
-                raise ValueError(f"dropout is active in {drop[:3]}: call model.eval() first (outputs must be "
-                                 f"a deterministic function of the activation)")
-            meta = [n for n, p in model.named_parameters() if p.is_meta]
-            if meta:
-                raise ValueError(f"the model's parameters {meta[:3]} are on the meta device, which holds no "
-                                 f"weights: load the model's weights first")
-            plan = _HookPlan(model, hook, readout, pos, _token_batches(inputs, self.batch_size))
-            part = plan.first_pass(progress)
-        except Exception as e:
-            err = e
-        mean = _global_mean(gather(part, "ACE.fit_hook", err))
-        try:
-            self._start(mean, plan.dtype, plan.device)
-            if plan.layout is not None:
-                use_joint = plan.use_joint(self, mean, joint)
-                if not use_joint and joint is not True: plan.use_diagonal(self, mean)
-                per_batch = 1 if use_joint or self.method == "jvp" else len(plan.positions)
-                total = len(plan.src) * per_batch if hasattr(plan.src, "__len__") else None
-                self._accumulate(tqdm(plan.batches(use_joint, self.method), total=total, desc="ACE.fit_hook",
-                                      unit="pass", disable=not progress))
-        except Exception as e:
-            err = e
-        self._finalize(err)
-        self.hook_, self.pos_, self.joint_ = hook, pos, use_joint
-        return self
-
-    def _check_fitted(self):
-        if not hasattr(self, "basis_"):
-            raise ValueError("this ACE is not fitted: call fit first (or partial_fit, then finalize)")
-
-    def core(self, k: int | None = None) -> Core:
-        """The top-`k` core (default: all `rank_` directions found).
-
-        Parameters
-        ----------
-        k : int or None
-            How many directions, 1..rank_.
-
-        Returns
-        -------
-        Core, built from the float64 fit whatever `float64` is.
-
-        Raises
-        ------
-        ValueError
-            Before a fit, or if `k` is not in 1..rank_.
-        """
-        self._check_fitted()
-        k = self.rank_ if k is None else k
-        if not (isinstance(k, int) and 1 <= k <= self.rank_):
-            hint, O = "", self.n_outputs_
-            bound = O - 1 if self.center_outputs and O > 1 else O
-            if self.method == "jvp" and self.rank_ >= bound:
-                hint = (f"; with method='jvp' the rank is at most the number of outputs, here {bound} "
-                        f"(O = {O}{', centred' if bound < O else ''}): use method='gramian' or a readout "
-                        f"with more outputs for more directions")
-            raise ValueError(f"k must be an int in 1..{self.rank_} (the rank found{hint}), got {k!r}")
-        basis, mean = self._core64_                                     # float64, whatever the dtype
-        return Core(basis[:, :k], mean)
-
-    def transform(self, acts: Tensor, k: int | None = None) -> Tensor:
-        """Core coordinates of `acts`: (acts − mean_) basis_[:, :k].
-
-        Parameters
-        ----------
-        acts : Tensor [..., D]
-        k : int or None
-            How many directions (default: rank_).
-
-        Returns
-        -------
-        Tensor [..., k], in acts' dtype and device.
-
-        Raises
-        ------
-        ValueError
-            Before a fit, for a bad `k`, or if acts' last dimension is not D.
-        """
-        return self.core(k).coords(acts)
-
-    def __repr__(self):
-        fitted = f", rank_={self.rank_}" if hasattr(self, "rank_") else ""
-        return f"ACE(method={self.method!r}{fitted})"
+# %% ../nbs/10_ace.ipynb #a271cdd2
+def _default_rtol(dtype: torch.dtype) -> float:
+    return max(100 * torch.finfo(dtype).eps, 1e-12)
 
 
 def _global_mean(parts: list) -> Tensor:
@@ -567,14 +290,348 @@ def _global_mean(parts: list) -> Tensor:
     return sum(sums) / N
 
 
-def _check_inplace(seen: Tensor, orig: Tensor):
-    "The copy the readout got must be unchanged: an in-place write would corrupt the fit."
-    if not torch.equal(seen, orig):
-        raise ValueError("outputs wrote into its input in place (e.g. h.mul_(2)); use out-of-place "
-                         "operations (h * 2): the caller's activations must not change")
+def _check_jvp_centre(metas: list, mean: Tensor, hh: float, N: int, dtype: torch.dtype) -> None:
+    "The jvp tangents used each rank's centre: it must be h̄, up to the round-off of centring in the compute dtype."
+    off = max(float((m["centre"] - mean).norm()) for m in metas if m["n"] > 0)
+    # up to the round-off of centring in the compute dtype: ε·(‖h̄‖ + spread), however large h̄
+    eps = torch.finfo(_compute_dtype(dtype)).eps
+    if off > 1e-6 * (hh / N) ** 0.5 + 4 * eps * (float(mean.norm()) + (hh / N) ** 0.5):
+        raise ValueError(f"the jvp tangents were centred {off:.2g} away from the data's mean, more "
+                         f"than round-off: with partial_fit, pass the mean of all the data (mean=) "
+                         f"to the first call")
 
 
-def _check_finite(t: Tensor, what: str):
-    if not torch.isfinite(t).all():
-        raise ValueError(f"the {what} of outputs contains {int((~torch.isfinite(t)).sum())} NaN/Inf "
-                         f"entries: check the outputs callable (log of zero? overflow?)")
+# %% ../nbs/10_ace.ipynb #74e865be
+@patch
+def _finalize(self: ACE, error: BaseException | None) -> "ACE":
+    "Reduce the running sums over ranks (checking that none failed), re-centre, SVD."
+    st = getattr(self, "stats_", None)
+    if error is None and st is None:
+        error = ValueError("no batches to fit: call partial_fit first")
+    meta = None if error is not None else dict(
+        n=st["n"], sum_h=st["sum_h"], centre=st["centre"], rtol=_default_rtol(_compute_dtype(st["dtype"])),
+        shape=None if st["cross"] is None else tuple(st["cross"].shape))
+    metas = gather(meta, "ACE.finalize", error)
+    N = sum(m["n"] for m in metas)
+    shapes = {m["shape"] for m in metas if m["shape"] is not None}
+    if N == 0 or not shapes:
+        raise ValueError("no batches to fit")
+    if N < 2:
+        raise ValueError(f"ACE needs N ≥ 2 samples to centre, got N={N}")
+    if len(shapes) > 1:
+        raise ValueError(f"outputs have different widths on different ranks or batches: {sorted(shapes)}")
+    shape = shapes.pop()
+    mean = sum(m["n"] * m["centre"] + m["sum_h"] for m in metas) / N              # [D]
+    d = mean - st["centre"]                                                       # [D]
+    cross = st["cross"] if st["cross"] is not None else torch.zeros(shape, dtype=torch.float64)
+    hh = st["hh"] - 2 * float(d @ st["sum_h"]) + st["n"] * float(d @ d)           # Σ‖h − h̄‖²
+    if self.method == "gramian" and st["sum_g"] is not None:
+        cross = cross - torch.einsum("d,oe->ode", d, st["sum_g"])                 # Σ (h − h̄) g_oᵀ
+    tot = all_reduce_sum(torch.cat([cross.reshape(-1), torch.tensor([hh, st["vv"]], dtype=torch.float64)]),
+                         "ACE.finalize")
+    acc, hh, vv = tot[:-2].reshape(shape), float(tot[-2]), float(tot[-1])
+    if self.method == "jvp": _check_jvp_centre(metas, mean, hh, N, st["dtype"])
+    if vv == 0.0:
+        raise ValueError("the Jacobian of outputs with respect to acts is zero everywhere: outputs "
+                         "must depend on acts through differentiable torch operations (no .detach(), "
+                         "argmax or constants)")
+    D = mean.shape[0]
+    K = acc / N                                                       # M [D, O] or C [O, D, D]
+    if self.method == "gramian":
+        K = K.permute(1, 0, 2).reshape(D, -1)                        # [C_1 ... C_O]: [D, O·D]
+    U, S, _ = torch.linalg.svd(K, full_matrices=False)
+    scale = (hh * vv) ** 0.5 / N                                      # bound on ‖K‖_F
+    rtol = self.rtol if self.rtol is not None else max(m["rtol"] for m in metas if m["n"] > 0)
+    if not S[0] > rtol * scale:
+        raise ValueError(f"the {self.method} cross-covariance is numerically zero (σ₁ = {S[0]:.2g}, "
+                         f"scale {scale:.2g})" + (": with a linear readout the gramian form vanishes "
+                         "because the activations are centred; use method='jvp'"
+                         if self.method == "gramian" else ""))
+    r = int((S > rtol * S[0]).sum())
+    if self.n_components is not None: r = min(r, self.n_components)
+    basis = _fix_signs(U[:, :r])
+    self._core64_ = (basis, mean)                                   # what `core` builds from
+    out = dict(dtype=torch.float64, device="cpu") if self.float64 else \
+        dict(dtype=st["dtype"], device=st["device"])
+    self.mean_ = mean.to(**out)
+    self.singular_values_ = S[:r].to(**out)
+    self.basis_ = basis.to(**out)
+    self.n_samples_, self.n_outputs_ = N, (shape[1] if self.method == "jvp" else shape[0])
+    self.rank_ = r
+    return self
+
+
+# %% ../nbs/10_ace.ipynb #53613b21
+@patch
+def partial_fit(self: ACE, acts: Tensor, outputs: Callable[[Tensor], Tensor],
+                mean: Tensor | None = None) -> "ACE":
+    """Add one batch of samples to the running statistics; `finalize` then does the SVD.
+
+    Parameters
+    ----------
+    acts : Tensor [n, D], floating point (n may be 0)
+    outputs : callable [n, D] → [n, O]
+    mean : Tensor [D] or None
+        The mean of *all* the data, fixed on the first call. The "jvp" form needs it because
+        its tangent is h − h̄; the "gramian" form is exact without it (its statistics are
+        re-centred in `finalize`).
+
+    Returns
+    -------
+    self, with the batch added to `stats_` (call `finalize` to refit)
+
+    Raises
+    ------
+    ValueError
+        On malformed input, a missing or changed `mean`, or a change of D or O.
+    """
+    self._check_params()
+    acts = as_acts(acts, float64=False)
+    if not callable(outputs):
+        raise ValueError(f"outputs must be a callable [n, D] → [n, O], got {type(outputs).__name__}")
+    D = acts.shape[1]
+    if getattr(self, "stats_", None) is None:
+        if mean is None and self.method == "jvp":
+            raise ValueError("method='jvp' centres every tangent at the mean of all the data, so "
+                             "the first partial_fit needs it: pass mean= (e.g. from a first pass "
+                             "over the data), or call fit")
+        centre = mean if mean is not None else (acts.double().mean(0) if len(acts) else
+                                                 torch.zeros(D, dtype=torch.float64))
+        self._start(as_acts(torch.as_tensor(centre).reshape(1, -1), "mean")[0], acts.dtype, acts.device)
+    elif mean is not None and not torch.equal(torch.as_tensor(mean).double().cpu().reshape(-1),
+                                              self.stats_["centre"]):
+        raise ValueError("mean differs from the one the first partial_fit fixed")
+    if self.stats_["centre"].shape[0] != D:
+        raise ValueError(f"acts has D={D} but the statistics have D={self.stats_['centre'].shape[0]}")
+    bs = self.batch_size
+    self._accumulate((acts[i:i + bs], outputs) for i in range(0, acts.shape[0], bs))
+    return self
+
+
+# %% ../nbs/10_ace.ipynb #6dfc99ee
+@patch
+def finalize(self: ACE) -> "ACE":
+    """Sum the statistics over ranks (under torch.distributed) and set the fitted attributes.
+
+    Returns
+    -------
+    self
+
+    Raises
+    ------
+    ValueError
+        If there is nothing to fit, the Jacobian is zero, or the cross-covariance vanishes.
+    """
+    return self._finalize(None)
+
+
+# %% ../nbs/10_ace.ipynb #049f6b31
+@patch
+def fit(self: ACE, acts: Tensor, outputs: Callable[[Tensor], Tensor]) -> "ACE":
+    """Fit on `acts` with `outputs`: `partial_fit` once over all the data, then `finalize`.
+
+    With `torch.distributed` initialised, every rank passes its own shard (possibly empty);
+    the mean and the statistics are summed over all ranks and every rank gets the same fit.
+
+    Parameters
+    ----------
+    acts : Tensor [N, D], floating point
+    outputs : callable [n, D] → [n, O] (or [n])
+        Pure and differentiable with `torch.func`; rows must not interact. It gets copies of
+        the activations: a readout that writes into its input, or whose rows interact (checked
+        on the first 64 rows against their two halves), is refused.
+
+    Returns
+    -------
+    self, fitted on all the data (of every rank)
+
+    Raises
+    ------
+    ValueError
+        On malformed input, outputs that do not depend on acts, write into acts or mix rows,
+        or a degenerate fit.
+    RuntimeError
+        Under torch.distributed, when another rank failed.
+    """
+    self._reset()
+    part, err = None, None
+    try:
+        self._check_params()
+        acts = as_acts(acts, min_samples=2 if world()[1] == 1 else 0, float64=False)
+        if not callable(outputs):
+            raise ValueError(f"outputs must be a callable [n, D] → [n, O], got {type(outputs).__name__}")
+        part = (acts.shape[0], acts.double().sum(0).cpu())
+    except Exception as e:
+        err = e
+    mean = _global_mean(gather(part, "ACE.fit", err))      # Σ h / N over every rank: [D]
+    try:
+        self.partial_fit(acts, outputs, mean=mean)
+    except Exception as e:
+        err = e
+    return self._finalize(err)
+
+
+# %% ../nbs/10_ace.ipynb #b015b50b
+@patch
+def core(self: ACE, k: int | None = None) -> Core:
+    """The top-`k` core (default: all `rank_` directions found).
+
+    Parameters
+    ----------
+    k : int or None
+        How many directions, 1..rank_.
+
+    Returns
+    -------
+    Core, built from the float64 fit whatever `float64` is.
+
+    Raises
+    ------
+    ValueError
+        Before a fit, or if `k` is not in 1..rank_.
+    """
+    self._check_fitted("core")
+    k = self.rank_ if k is None else k
+    if not (isinstance(k, int) and 1 <= k <= self.rank_):
+        hint, O = "", self.n_outputs_
+        bound = O - 1 if self.center_outputs and O > 1 else O
+        if self.method == "jvp" and self.rank_ >= bound:
+            hint = (f"; with method='jvp' the rank is at most the number of outputs, here {bound} "
+                    f"(O = {O}{', centred' if bound < O else ''}): use method='gramian' or a readout "
+                    f"with more outputs for more directions")
+        raise ValueError(f"k must be an int in 1..{self.rank_} (the rank found{hint}), got {k!r}")
+    basis, mean = self._core64_                                     # float64, whatever the dtype
+    return Core(basis[:, :k], mean)
+
+
+# %% ../nbs/10_ace.ipynb #db1617cf
+@patch
+def transform(self: ACE, acts: Tensor, k: int | None = None) -> Tensor:
+    """Core coordinates of `acts`: (acts − mean_) basis_[:, :k].
+
+    Parameters
+    ----------
+    acts : Tensor [..., D]
+    k : int or None
+        How many directions (default: rank_).
+
+    Returns
+    -------
+    Tensor [..., k], in acts' dtype and device.
+
+    Raises
+    ------
+    ValueError
+        Before a fit, for a bad `k`, or if acts' last dimension is not D.
+    """
+    self._check_fitted("transform")
+    return self.core(k).coords(acts)
+
+
+# %% ../nbs/10_ace.ipynb #c4b898d1
+@patch
+def _fit_first(self: ACE) -> str: return "call fit first (or partial_fit, then finalize)"
+
+@patch
+def _repr_fitted(self: ACE) -> str: return f"rank_={self.rank_}"
+
+
+# %% ../nbs/10_ace.ipynb #9c96bebe
+@patch
+def fit_hook(self: ACE, model: nn.Module, inputs, hook: str,
+             readout: Callable[..., Tensor], pos: int | None = None,
+             joint: bool | None = None, progress: bool = True) -> "ACE":
+    """Fit at `hook` of `model`: the Jacobian goes through the whole rest of the forward pass.
+
+    Cost: one forward pass to the hook (the mean, activations kept for a list of batches), then
+    per batch one JVP of what follows the hook. On a `HookedTransformer` that JVP starts at the
+    hook (`start_at_layer`); elsewhere (a `TransformerBridge`, any other module) it runs the whole
+    model with the activation replaced. With method="jvp", rank ≤ number of outputs (the rank
+    is at most the number of outputs O, O − 1 for O > 1 centred outputs): a scalar readout, e.g.
+    a logit difference, gives a one-dimensional core; use method="gramian" or a multi-output
+    readout for more.
+
+    Parameters
+    ----------
+    model : nn.Module
+        A TransformerLens `HookedTransformer` or `TransformerBridge` (hook names) or any module
+        (module names), in eval mode, with its weights loaded (not on the meta device).
+    inputs : Tensor [batch, ...], or a re-iterable of such batches (a list, a DataLoader)
+        A Tensor is cut into `batch_size` chunks. Batches are read twice (the mean, then the
+        JVPs), so a one-shot generator is refused. For a TransformerLens model each batch must be
+        token ids [batch, pos] (an integer tensor, ids in 0..d_vocab − 1, at most n_ctx positions).
+    hook : str
+        Where the activation is taken, e.g. "blocks.1.hook_resid_post". The position axis is
+        axis 1 ([batch, pos, ...]), except at `hook_pattern` and `hook_attn_scores`
+        ([batch, head, query_pos, key_pos]), where it is the query axis; each sample is then
+        one query position's [head, key_pos] pattern. `hook_attn_scores` under a causal mask
+        holds -inf and is refused (fit at `hook_pattern`).
+    readout : callable (model_output) or (model_output, inputs) → [b, O] or [b, pos, O]
+        The task outputs, e.g. a TransformerLens metric `metric(logits)`; a callable with one
+        positional parameter gets the model's output only. A per-position readout [b, pos, O]
+        is read at each sample's own position. A 2-D readout [b, T] on an activation with T > 1
+        positions is ambiguous and refused: return [b, pos, 1] for one output per position.
+        Rows must not interact (checked on the first batch against its two halves).
+    pos : int or None
+        One query position, or None (default) for every position, each a sample with its
+        same-position Jacobian. Cost with `pos=None`: one JVP pass per batch where the joint pass
+        holds, or, on a causal `HookedTransformer` with a per-position readout, the one-pass form
+        that keeps each position's tangent apart through attention (checked on the first four
+        sequences against one JVP pass per position); otherwise (a `[b, O]` readout, a
+        `TransformerBridge`, bidirectional attention) the T one-position tangents go through one
+        `vmap`ped pass, whose work still grows with T.
+    joint : bool or None
+        Evaluate all positions in one plain JVP. It is exact only where positions do not
+        interact downstream of the hook (after the last attention layer, e.g. the last block's
+        `hook_resid_mid`/`hook_resid_post`, or in a model without attention), and needs a
+        per-position readout `[b, pos, O]`. It is checked on the first four sequences. None
+        (default): the joint pass wherever that check finds it exact to round-off, else per
+        position (see `pos`; a `[b, O]` readout is always per position). True: joint, or
+        ValueError. False: per position.
+    progress : bool, default True
+        tqdm bars over the forward pass to the hook (the mean) and over the JVP passes.
+
+    Returns
+    -------
+    self, with `hook_`, `pos_` and `joint_` (whether the joint pass was used) set.
+
+    Raises
+    ------
+    ValueError
+        On an unknown hook, active dropout, a model on the meta device, bad `pos`, inputs that are
+        not token ids in the vocabulary (float, out of range, on the meta device), an ambiguous
+        readout shape, a readout that mixes the samples of a batch, and whatever `fit` raises.
+    """
+    self._reset()
+    part, err, plan, use_joint = None, None, None, False
+    try:
+        self._check_params()
+        _resolve(model, hook)
+        drop = [n for n, m in model.named_modules() if isinstance(m, nn.Dropout) and m.training and m.p > 0]
+        if drop:
+            raise ValueError(f"dropout is active in {drop[:3]}: call model.eval() first (outputs must be "
+                             f"a deterministic function of the activation)")
+        meta = [n for n, p in model.named_parameters() if p.is_meta]
+        if meta:
+            raise ValueError(f"the model's parameters {meta[:3]} are on the meta device, which holds no "
+                             f"weights: load the model's weights first")
+        plan = _HookPlan(model, hook, readout, pos, _token_batches(inputs, self.batch_size))
+        part = plan.first_pass(progress)
+    except Exception as e:
+        err = e
+    mean = _global_mean(gather(part, "ACE.fit_hook", err))
+    try:
+        self._start(mean, plan.dtype, plan.device)
+        if plan.layout is not None:
+            use_joint = plan.use_joint(self, mean, joint)
+            if not use_joint and joint is not True: plan.use_diagonal(self, mean)
+            per_batch = 1 if use_joint or self.method == "jvp" else len(plan.positions)
+            total = len(plan.src) * per_batch if hasattr(plan.src, "__len__") else None
+            self._accumulate(tqdm(plan.batches(use_joint, self.method), total=total, desc="ACE.fit_hook",
+                                  unit="pass", disable=not progress))
+    except Exception as e:
+        err = e
+    self._finalize(err)
+    self.hook_, self.pos_, self.joint_ = hook, pos, use_joint
+    return self
+

@@ -9,12 +9,13 @@ import copy
 import inspect
 
 import torch
+from fastcore.basics import patch
 from torch import Tensor
 
 # %% auto #0
-__all__ = ['Core', 'as_acts', 'Estimator', 'clone']
+__all__ = ['Core', 'as_acts', 'Estimator', 'clone', 'NotFittedError']
 
-# %% ../nbs/05_base.ipynb #6aada56f
+# %% ../nbs/05_base.ipynb #432f7078
 class Core:
     """An affine subspace `mean + span(basis)` of a layer's activations, with its three maps.
 
@@ -55,115 +56,44 @@ class Core:
             basis = U @ Vh
         self.basis, self.mean = basis, mean
 
-    @classmethod
-    def from_span(cls, vectors: Tensor, mean: Tensor, k: int | None = None) -> "Core":
-        """The core spanned by the columns of `vectors` [d, m] (top-`k` left singular directions).
-
-        Parameters
-        ----------
-        vectors : Tensor [d, m] or [d]
-            Any spanning vectors; they need not be orthonormal.
-        mean : Tensor [d]
-        k : int or None
-            Keep the top `k` directions (default: the numerical rank of `vectors`).
-
-        Returns
-        -------
-        Core
-
-        Raises
-        ------
-        ValueError
-            If `k` exceeds the rank of `vectors`.
-        """
-        V = torch.as_tensor(vectors).detach().to("cpu", torch.float64)
-        if V.ndim == 1: V = V[:, None]
-        U, S, _ = torch.linalg.svd(V, full_matrices=False)
-        r = int((S > S.max() * 1e-10).sum()) if S.numel() and S.max() > 0 else 0
-        k = r if k is None else k
-        if not 0 <= k <= r:
-            raise ValueError(f"k={k} but the vectors span only {r} dimensions")
-        return cls(_fix_signs(U[:, :k]), mean)
-
     @property
     def k(self) -> int: return self.basis.shape[1]
     @property
     def d(self) -> int: return self.basis.shape[0]
-    def projector(self) -> Tensor:
-        """The orthogonal projector onto the core's directions.
-
-        Returns
-        -------
-        Tensor [d, d], float64: P = U Uᵀ.
-        """
-        return self.basis @ self.basis.T
-
-    def _prep(self, h):
-        "h as a tensor (a numpy array or list is converted), and the basis and mean in its dtype and device."
-        h = h if isinstance(h, Tensor) else torch.as_tensor(h)
-        if not h.is_floating_point(): h = h.to(torch.float64)
-        if h.ndim < 1 or h.shape[-1] != self.d:
-            raise ValueError(f"activations have shape {tuple(h.shape)}, last dim not the core's d={self.d}")
-        return h, self.basis.to(h.device, h.dtype), self.mean.to(h.device, h.dtype)
-
-    def coords(self, h: Tensor) -> Tensor:
-        """Core coordinates (h − h̄) U: [..., d] → [..., k].
-
-        Parameters
-        ----------
-        h : Tensor [..., d], or a numpy array (converted; an integer one to float64)
-
-        Returns
-        -------
-        Tensor [..., k], in h's dtype and device.
-
-        Raises
-        ------
-        ValueError
-            If h's last dimension is not d.
-        """
-        h, U, m = self._prep(h)
-        return (h - m) @ U
-
-    def keep(self, h: Tensor) -> Tensor:
-        """h̄ + P(h − h̄): keep the core, set the rest to its mean. [..., d] → [..., d].
-
-        Parameters
-        ----------
-        h : Tensor [..., d], or a numpy array (converted; an integer one to float64)
-
-        Returns
-        -------
-        Tensor [..., d], in h's dtype and device.
-
-        Raises
-        ------
-        ValueError
-            If h's last dimension is not d.
-        """
-        h, U, m = self._prep(h)
-        return m + ((h - m) @ U) @ U.T
-
-    def remove(self, h: Tensor) -> Tensor:
-        """h̄ + (I − P)(h − h̄): set the core to its mean, keep the rest. [..., d] → [..., d].
-
-        Parameters
-        ----------
-        h : Tensor [..., d], or a numpy array (converted; an integer one to float64)
-
-        Returns
-        -------
-        Tensor [..., d], in h's dtype and device.
-
-        Raises
-        ------
-        ValueError
-            If h's last dimension is not d.
-        """
-        h, U, m = self._prep(h)
-        return h - ((h - m) @ U) @ U.T
 
     def __repr__(self): return f"Core(k={self.k}, d={self.d})"
+
+
+# %% ../nbs/05_base.ipynb #e60b01cc
+@patch(cls_method=True)
+def from_span(cls: Core, vectors: Tensor, mean: Tensor, k: int | None = None) -> "Core":
+    """The core spanned by the columns of `vectors` [d, m] (top-`k` left singular directions).
+
+    Parameters
+    ----------
+    vectors : Tensor [d, m] or [d]
+        Any spanning vectors; they need not be orthonormal.
+    mean : Tensor [d]
+    k : int or None
+        Keep the top `k` directions (default: the numerical rank of `vectors`).
+
+    Returns
+    -------
+    Core
+
+    Raises
+    ------
+    ValueError
+        If `k` exceeds the rank of `vectors`.
+    """
+    V = torch.as_tensor(vectors).detach().to("cpu", torch.float64)
+    if V.ndim == 1: V = V[:, None]
+    U, S, _ = torch.linalg.svd(V, full_matrices=False)
+    r = int((S > S.max() * 1e-10).sum()) if S.numel() and S.max() > 0 else 0
+    k = r if k is None else k
+    if not 0 <= k <= r:
+        raise ValueError(f"k={k} but the vectors span only {r} dimensions")
+    return cls(_fix_signs(U[:, :k]), mean)
 
 
 def _fix_signs(U: Tensor) -> Tensor:
@@ -173,7 +103,90 @@ def _fix_signs(U: Tensor) -> Tensor:
     s = torch.sign(U[idx, torch.arange(U.shape[1])])
     return U * torch.where(s == 0, torch.ones_like(s), s)
 
-# %% ../nbs/05_base.ipynb #de08c255
+
+# %% ../nbs/05_base.ipynb #b54fc27a
+@patch
+def projector(self: Core) -> Tensor:
+    """The orthogonal projector onto the core's directions.
+
+    Returns
+    -------
+    Tensor [d, d], float64: P = U Uᵀ.
+    """
+    return self.basis @ self.basis.T
+
+# %% ../nbs/05_base.ipynb #ec816ff7
+@patch
+def _prep(self: Core, h):
+    "h as a tensor (a numpy array or list is converted), and the basis and mean in its dtype and device."
+    h = h if isinstance(h, Tensor) else torch.as_tensor(h)
+    if not h.is_floating_point(): h = h.to(torch.float64)
+    if h.ndim < 1 or h.shape[-1] != self.d:
+        raise ValueError(f"activations have shape {tuple(h.shape)}, last dim not the core's d={self.d}")
+    return h, self.basis.to(h.device, h.dtype), self.mean.to(h.device, h.dtype)
+
+@patch
+def coords(self: Core, h: Tensor) -> Tensor:
+    """Core coordinates (h − h̄) U: [..., d] → [..., k].
+
+    Parameters
+    ----------
+    h : Tensor [..., d], or a numpy array (converted; an integer one to float64)
+
+    Returns
+    -------
+    Tensor [..., k], in h's dtype and device.
+
+    Raises
+    ------
+    ValueError
+        If h's last dimension is not d.
+    """
+    h, U, m = self._prep(h)
+    return (h - m) @ U
+
+# %% ../nbs/05_base.ipynb #1211ab30
+@patch
+def keep(self: Core, h: Tensor) -> Tensor:
+    """h̄ + P(h − h̄): keep the core, set the rest to its mean. [..., d] → [..., d].
+
+    Parameters
+    ----------
+    h : Tensor [..., d], or a numpy array (converted; an integer one to float64)
+
+    Returns
+    -------
+    Tensor [..., d], in h's dtype and device.
+
+    Raises
+    ------
+    ValueError
+        If h's last dimension is not d.
+    """
+    h, U, m = self._prep(h)
+    return m + ((h - m) @ U) @ U.T
+
+@patch
+def remove(self: Core, h: Tensor) -> Tensor:
+    """h̄ + (I − P)(h − h̄): set the core to its mean, keep the rest. [..., d] → [..., d].
+
+    Parameters
+    ----------
+    h : Tensor [..., d], or a numpy array (converted; an integer one to float64)
+
+    Returns
+    -------
+    Tensor [..., d], in h's dtype and device.
+
+    Raises
+    ------
+    ValueError
+        If h's last dimension is not d.
+    """
+    h, U, m = self._prep(h)
+    return h - ((h - m) @ U) @ U.T
+
+# %% ../nbs/05_base.ipynb #133d57d8
 def as_acts(x, name: str = "acts", min_samples: int = 0, float64: bool = True,
             vector: bool = False) -> Tensor:
     """A validated matrix of activations (or states): rows are samples, columns are dimensions.
@@ -222,60 +235,22 @@ def as_acts(x, name: str = "acts", min_samples: int = 0, float64: bool = True,
     return t
 
 
+# %% ../nbs/05_base.ipynb #aac0f66a
 class Estimator:
     """The scikit-learn estimator contract that `ACE`, `EDMDc` and the dictionaries follow.
 
     Parameters are exactly the arguments of `__init__`, stored under their own names; fitted
     attributes end in `_`. `get_params` / `set_params` read and write the parameters (nested
-    ones as `dictionary__n_components`), and `clone` builds an unfitted copy from them.
+    ones as `dictionary__n_components`), and `clone` builds an unfitted copy from them. The
+    repr shows the parameters that differ from their defaults, as scikit-learn prints them, and
+    the methods that need a fit call `_check_fitted`, which raises `NotFittedError`.
     """
+    _fitted_attr: str = ""   # the fitted attribute whose presence means "fitted" (set by each estimator)
     @classmethod
     def _param_names(cls) -> list[str]:
         sig = inspect.signature(cls.__init__)
         return [p.name for p in sig.parameters.values() if p.name != "self"
                 and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-
-    def get_params(self, deep: bool = True) -> dict:
-        """The parameters, by name.
-
-        Parameters
-        ----------
-        deep : bool
-            Also list the parameters of nested estimators, as `name__param`.
-
-        Returns
-        -------
-        dict
-        """
-        out = {}
-        for k in self._param_names():
-            v = getattr(self, k)
-            out[k] = v
-            if deep and _is_estimator(v):
-                out.update({f"{k}__{kk}": vv for kk, vv in v.get_params().items()})
-        return out
-
-    def set_params(self, **params) -> "Estimator":
-        """Set parameters by name (`name__param` for a nested estimator); returns self.
-
-        Raises
-        ------
-        ValueError
-            If a name is not a parameter.
-        """
-        valid, nested = self._param_names(), {}
-        for k, v in params.items():
-            key, _, sub = k.partition("__")
-            if key not in valid:
-                raise ValueError(f"{type(self).__name__} has no parameter {key!r}; its parameters are "
-                                 f"{', '.join(valid)}")
-            if sub: nested.setdefault(key, {})[sub] = v
-            else: setattr(self, key, v)
-        for key, sub in nested.items():
-            if not _is_estimator(getattr(self, key)):
-                raise ValueError(f"{key!r} is not an estimator, so {key}__… cannot be set")
-            getattr(self, key).set_params(**sub)
-        return self
 
     def _reset(self):
         "Forget every fitted attribute (names ending in `_`): each fit starts clean."
@@ -287,6 +262,52 @@ def _is_estimator(v) -> bool:
     return hasattr(v, "get_params") and not isinstance(v, type)
 
 
+# %% ../nbs/05_base.ipynb #1abcec07
+@patch
+def get_params(self: Estimator, deep: bool = True) -> dict:
+    """The parameters, by name.
+
+    Parameters
+    ----------
+    deep : bool
+        Also list the parameters of nested estimators, as `name__param`.
+
+    Returns
+    -------
+    dict
+    """
+    out = {}
+    for k in self._param_names():
+        v = getattr(self, k)
+        out[k] = v
+        if deep and _is_estimator(v):
+            out.update({f"{k}__{kk}": vv for kk, vv in v.get_params().items()})
+    return out
+
+@patch
+def set_params(self: Estimator, **params) -> "Estimator":
+    """Set parameters by name (`name__param` for a nested estimator); returns self.
+
+    Raises
+    ------
+    ValueError
+        If a name is not a parameter.
+    """
+    valid, nested = self._param_names(), {}
+    for k, v in params.items():
+        key, _, sub = k.partition("__")
+        if key not in valid:
+            raise ValueError(f"{type(self).__name__} has no parameter {key!r}; its parameters are "
+                             f"{', '.join(valid)}")
+        if sub: nested.setdefault(key, {})[sub] = v
+        else: setattr(self, key, v)
+    for key, sub in nested.items():
+        if not _is_estimator(getattr(self, key)):
+            raise ValueError(f"{key!r} is not an estimator, so {key}__… cannot be set")
+        getattr(self, key).set_params(**sub)
+    return self
+
+# %% ../nbs/05_base.ipynb #53cfb873
 def clone(estimator):
     """An unfitted copy with the same parameters; nested estimators are cloned too.
 
@@ -302,3 +323,59 @@ def clone(estimator):
     if not _is_estimator(estimator): return copy.deepcopy(estimator)
     params = {k: clone(v) if _is_estimator(v) else v for k, v in estimator.get_params(deep=False).items()}
     return type(estimator)(**params)
+
+
+# %% ../nbs/05_base.ipynb #ef386c44
+class NotFittedError(ValueError, AttributeError):
+    """A method that needs a fit was called on an estimator that has none.
+
+    A subclass of `ValueError` and `AttributeError`, as scikit-learn's `NotFittedError` is, so that
+    code which catches either keeps working.
+
+    Parameters
+    ----------
+    message : str
+        What was called, on which estimator, and the call to make first (`Estimator._check_fitted`
+        writes it).
+    """
+
+
+# %% ../nbs/05_base.ipynb #4aa8bdc2
+@patch
+def _check_fitted(self: Estimator, method: str):
+    """Raise `NotFittedError` unless `fit` has set `_fitted_attr`.
+
+    `method` names what was asked: a method of the estimator ("predict"), or a function that takes
+    the estimator, written with its parentheses ("mode_basis()").
+    """
+    if not hasattr(self, self._fitted_attr):
+        what = method if method.endswith("()") else f"{type(self).__name__}.{method}"
+        raise NotFittedError(f"{what} needs a fitted {type(self).__name__}: {self._fit_first()}")
+
+@patch
+def _fit_first(self: Estimator) -> str:
+    "The call to make first, as `_check_fitted` says it (an estimator with another way to fit overrides it)."
+    return "call fit first"
+
+# %% ../nbs/05_base.ipynb #b5ae95d8
+def _differs(v, default) -> bool:
+    "Whether a parameter value differs from its default (`is`, else `==` between values of one type)."
+    if v is default: return False
+    if default is inspect.Parameter.empty or type(v) is not type(default): return True
+    try: return not bool(v == default)
+    except (TypeError, ValueError, RuntimeError): return True   # arrays and tensors: compare by identity
+
+
+@patch
+def __repr__(self: Estimator) -> str:
+    "`Name(param=value, ...)` with the parameters that differ from their defaults, then a fitted summary."
+    sig = inspect.signature(type(self).__init__).parameters
+    args = ", ".join(f"{k}={v!r}" for k, v in self.get_params(deep=False).items() if _differs(v, sig[k].default))
+    fitted = self._repr_fitted() if hasattr(self, self._fitted_attr) else ""
+    return f"{type(self).__name__}({args})" + (f"  # fitted: {fitted}" if fitted else "")
+
+@patch
+def _repr_fitted(self: Estimator) -> str:
+    "What the repr adds once fitted (an estimator overrides it with its fitted sizes)."
+    return ""
+

@@ -5,8 +5,6 @@
 # %% ../nbs/30_calibration.ipynb #41cc1845
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,12 +14,14 @@ import torch
 from .base import clone
 from .hooks import _check_tokens, hook_names, record_activation
 from .keys import digest, function_key
-from .runtime import cache_dir
+from .runtime import atomic_write, cache_dir
+from fastcore.basics import patch
+
 
 # %% auto #0
 __all__ = ['CalibrationData', 'collect_triples', 'cached_triples', 'mlp_map', 'check_update', 'fit_realisations']
 
-# %% ../nbs/30_calibration.ipynb #dec803c3
+# %% ../nbs/30_calibration.ipynb #ad4780e9
 @dataclass
 class CalibrationData:
     """Triples (x_ℓ, u_ℓ, x_{ℓ+1}) per layer.
@@ -56,42 +56,49 @@ class CalibrationData:
                 raise ValueError(f"calibration data {name} has {int(bad.sum())} non-finite values (NaN or inf), "
                                  f"first at layer {self.layers[l]}, sample {i}: a diverged model or bad input")
 
-    def pooled(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """All layers stacked, as one data set.
-
-        Returns
-        -------
-        (X, U, Y), each ndarray [n_layers * n_samples, d_model]
-        """
-        return tuple(a.reshape(-1, a.shape[-1]) for a in (self.X, self.U, self.Y))
-
-    def layer(self, layer: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """One block's triples.
-
-        Parameters
-        ----------
-        layer : int
-            One of `layers`.
-
-        Returns
-        -------
-        (X, U, Y), each ndarray [n_samples, d_model]
-
-        Raises
-        ------
-        ValueError
-            If the layer was not collected.
-        """
-        if layer not in self.layers:
-            raise ValueError(f"layer {layer} was not collected; collected: {self.layers}")
-        i = self.layers.index(layer)
-        return self.X[i], self.U[i], self.Y[i]
-
     def __repr__(self):
         return (f"CalibrationData(layers={self.layers}, n_samples={self.X.shape[1]}, "
                 f"d_model={self.X.shape[2]})")
 
 
+# %% ../nbs/30_calibration.ipynb #692b48e4
+@patch
+def pooled(self: CalibrationData) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """All layers stacked, as one data set.
+
+    Returns
+    -------
+    (X, U, Y), each ndarray [n_layers * n_samples, d_model]
+    """
+    return tuple(a.reshape(-1, a.shape[-1]) for a in (self.X, self.U, self.Y))
+
+
+# %% ../nbs/30_calibration.ipynb #823cdd91
+@patch
+def layer(self: CalibrationData, layer: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One block's triples.
+
+    Parameters
+    ----------
+    layer : int
+        One of `layers`.
+
+    Returns
+    -------
+    (X, U, Y), each ndarray [n_samples, d_model]
+
+    Raises
+    ------
+    ValueError
+        If the layer was not collected.
+    """
+    if layer not in self.layers:
+        raise ValueError(f"layer {layer} was not collected; collected: {self.layers}")
+    i = self.layers.index(layer)
+    return self.X[i], self.U[i], self.Y[i]
+
+
+# %% ../nbs/30_calibration.ipynb #9694b579
 def _layers(model, layers) -> list[int]:
     n = model.cfg.n_layers
     layers = list(range(n)) if layers is None else [int(l) for l in np.atleast_1d(layers)]
@@ -100,9 +107,11 @@ def _layers(model, layers) -> list[int]:
     return layers
 
 
+
 def _is_text(tokens) -> bool:
     return isinstance(tokens, str) or (isinstance(tokens, (list, tuple)) and len(tokens) > 0
                                        and all(isinstance(s, str) for s in tokens))
+
 
 
 def _tokens(model, tokens, what: str) -> torch.Tensor:
@@ -127,6 +136,7 @@ def _tokens(model, tokens, what: str) -> torch.Tensor:
     if t.ndim == 1: t = t[None]
     _check_tokens(model, t, what, also=" (or text)")                   # the library's one token check
     return t.cpu().long()
+
 
 
 def collect_triples(model, tokens, layers=None, positions=None, batch_size: int = 64) -> CalibrationData:
@@ -168,6 +178,7 @@ def collect_triples(model, tokens, layers=None, positions=None, batch_size: int 
     get = lambda h: np.stack([np.concatenate(out[f"blocks.{l}.{h}"]) for l in layers])
     return CalibrationData(get("hook_resid_pre"), get("hook_attn_out"), get("hook_resid_post"), layers)
 
+
 # %% ../nbs/30_calibration.ipynb #a64df171
 def cached_triples(model, tokens, layers=None, positions=None, *, batch_size: int = 16, name: str = "triples",
                    folder: str | Path | None = None) -> CalibrationData:
@@ -197,18 +208,11 @@ def cached_triples(model, tokens, layers=None, positions=None, *, batch_size: in
             return CalibrationData(*(f[k].astype(np.float64) for k in "XUY"), idx)
     data = collect_triples(model, tokens, idx, positions, batch_size)
     small = all(v.dtype == torch.float32 for v in weights.values() if v.is_floating_point())
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-", suffix=".npz")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, **{k: getattr(data, k).astype(np.float32 if small else np.float64) for k in "XUY"})
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, lambda f: np.savez(f, **{k: getattr(data, k).astype(np.float32 if small else np.float64)
+                                                for k in "XUY"}))
     return data
 
-# %% ../nbs/30_calibration.ipynb #8d604821
+# %% ../nbs/30_calibration.ipynb #00fd6463
 def mlp_map(model, layer: int):
     """m for block `layer`: x ↦ MLP(LN2(x)), then the block's post-MLP norm where it has one (x ↦ 0 for attention-only models).
 
@@ -229,6 +233,7 @@ def mlp_map(model, layer: int):
     return lambda x: post(block.mlp(block.ln2(x)))
 
 
+# %% ../nbs/30_calibration.ipynb #35c57cb7
 def check_update(model, tokens, layers=None) -> dict[int, float]:
     """Relative max deviation of resid_post from x + u + m(x + u), per layer.
 
@@ -269,6 +274,7 @@ def check_update(model, tokens, layers=None) -> dict[int, float]:
             pred = x + u + mlp_map(model, l)(x + u)
             dev[l] = float((pred - y).abs().max() / y.abs().max())
     return dev
+
 
 # %% ../nbs/30_calibration.ipynb #9e261ca7
 def fit_realisations(data: CalibrationData, estimator) -> dict:

@@ -11,12 +11,14 @@ from scipy.spatial.distance import pdist
 
 from .base import Estimator, as_acts, clone
 from .koopman import EDMDc
+from fastcore.basics import patch
+
 
 # %% auto #0
 __all__ = ['Dictionary', 'IdentityDictionary', 'PCADictionary', 'RandomProjectionDictionary', 'RandomFourierDictionary',
            'SpectralDictionary', 'SAEDictionary']
 
-# %% ../nbs/31_dictionaries.ipynb #ed518907
+# %% ../nbs/31_dictionaries.ipynb #b93a44a2
 class Dictionary(Estimator):
     """Base of the dictionaries: `fit(X)` → self, `transform(X)` [n, D] → [n, r]; column 0 is 1 when `constant`.
 
@@ -37,63 +39,69 @@ class Dictionary(Estimator):
     """
     constant: bool = True
     fit_reads_data: bool = True
+    _fitted_attr = "n_features_"
 
-    def fit(self, X, y=None):
-        """Fit on the states X [n, D]; `y` is only read by dictionaries that need the dynamics.
 
-        Parameters
-        ----------
-        X : array or Tensor [n, D]
-        y : optional
-            The dynamics `(U, Y)`, for a dictionary with `fit_requires_dynamics`.
+# %% ../nbs/31_dictionaries.ipynb #eeb2c443
+@patch
+def fit(self: Dictionary, X, y=None):
+    """Fit on the states X [n, D]; `y` is only read by dictionaries that need the dynamics.
 
-        Returns
-        -------
-        self
+    Parameters
+    ----------
+    X : array or Tensor [n, D]
+    y : optional
+        The dynamics `(U, Y)`, for a dictionary with `fit_requires_dynamics`.
 
-        Raises
-        ------
-        ValueError
-            On malformed X, or parameters that do not fit X.
-        """
-        X = as_acts(X, "X", vector=True).numpy()          # [n, D]
-        self._fit(X, y)
-        self.n_input_ = X.shape[1]
-        self.has_constant_ = bool(self.constant)
-        self.n_features_ = self._n_features() + int(self.has_constant_)
-        return self
+    Returns
+    -------
+    self
 
-    def transform(self, X) -> np.ndarray:
-        """The features Ψ(X).
+    Raises
+    ------
+    ValueError
+        On malformed X, or parameters that do not fit X.
+    """
+    X = as_acts(X, "X", vector=True).numpy()          # [n, D]
+    self._fit(X, y)
+    self.n_input_ = X.shape[1]
+    self.has_constant_ = bool(self.constant)
+    self.n_features_ = self._n_features() + int(self.has_constant_)
+    return self
 
-        Parameters
-        ----------
-        X : array or Tensor [n, D]
 
-        Returns
-        -------
-        ndarray [n, n_features_], float64
+# %% ../nbs/31_dictionaries.ipynb #16752df3
+@patch
+def transform(self: Dictionary, X) -> np.ndarray:
+    """The features Ψ(X).
 
-        Raises
-        ------
-        ValueError
-            If not fitted, or D differs from the fit's.
-        """
-        if not hasattr(self, "n_features_"):
-            raise ValueError(f"this {type(self).__name__} is not fitted yet: call fit first")
-        X = as_acts(X, "X", vector=True).numpy()
-        if X.shape[1] != self.n_input_:
-            raise ValueError(f"{type(self).__name__} was fitted on D={self.n_input_}, got D={X.shape[1]}")
-        F = self._features(X)                              # [n, r]
-        return np.hstack([np.ones((len(X), 1)), F]) if self.has_constant_ else F
+    Parameters
+    ----------
+    X : array or Tensor [n, D]
 
-    def fit_transform(self, X, y=None) -> np.ndarray:
-        "`fit(X, y)` then `transform(X)`: ndarray [n, n_features_]."
-        return self.fit(X).transform(X)
+    Returns
+    -------
+    ndarray [n, n_features_], float64
 
-    def __repr__(self):
-        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params(deep=False).items())
-        return f"{type(self).__name__}({args})"
+    Raises
+    ------
+    ValueError
+        If not fitted, or D differs from the fit's.
+    """
+    self._check_fitted("transform")
+    X = as_acts(X, "X", vector=True).numpy()
+    if X.shape[1] != self.n_input_:
+        raise ValueError(f"{type(self).__name__} was fitted on D={self.n_input_}, got D={X.shape[1]}")
+    F = self._features(X)                              # [n, r]
+    return np.hstack([np.ones((len(X), 1)), F]) if self.has_constant_ else F
+
+
+# %% ../nbs/31_dictionaries.ipynb #d7b4cd71
+@patch
+def fit_transform(self: Dictionary, X, y=None) -> np.ndarray:
+    "`fit(X, y)` then `transform(X)`: ndarray [n, n_features_]."
+    return self.fit(X).transform(X)
+
 
 # %% ../nbs/31_dictionaries.ipynb #9744c9b6
 class IdentityDictionary(Dictionary):
@@ -146,7 +154,7 @@ class PCADictionary(Dictionary):
     def _n_features(self): return self.n_components
     def _features(self, X): return (X - self.mean_) @ self.components_
 
-# %% ../nbs/31_dictionaries.ipynb #c424eb9d
+# %% ../nbs/31_dictionaries.ipynb #febac313
 class RandomProjectionDictionary(Dictionary):
     """Ψ(x) = (1, Qᵀx), Q [D, r] random orthonormal columns.
 
@@ -182,6 +190,7 @@ class RandomProjectionDictionary(Dictionary):
     def _features(self, X): return X @ self.components_
 
 
+# %% ../nbs/31_dictionaries.ipynb #d10af7cc
 class RandomFourierDictionary(Dictionary):
     """Ψ(x) = (1, √(2/r) cos(Wᵀx/σ + b)): random Fourier features, σ by the median heuristic unless given.
 
@@ -234,7 +243,8 @@ class RandomFourierDictionary(Dictionary):
     def _features(self, X):
         return np.sqrt(2.0 / self.n_components) * np.cos(X @ self.weights_ / self.bandwidth_ + self.offsets_)
 
-# %% ../nbs/31_dictionaries.ipynb #53c24b28
+
+# %% ../nbs/31_dictionaries.ipynb #9b59b092
 class SpectralDictionary(Dictionary):
     """Ψ(x) = (1, the r leading Koopman eigenfunctions in real form) from a first EDMDc fit on `base`.
 
@@ -278,40 +288,47 @@ class SpectralDictionary(Dictionary):
         self.n_components, self.base, self.rank, self.ridge, self.constant = n_components, base, rank, ridge, constant
         self.drop_constant = drop_constant
 
-    def _fit(self, X, y=None):
-        if y is None:
-            raise ValueError("SpectralDictionary needs the dynamics: call fit(X, (U, Y)) with the next "
-                             "states Y and the controls U (or None), or fit(X, Y)")
-        U, Y = y if isinstance(y, tuple) else (None, y)
-        base = self.base if self.base is not None else RandomFourierDictionary(256)
-        n_base = clone(base).fit(X[:2]).transform(X[:2]).shape[1] if self.rank is None else None
-        rank = self.rank if self.rank is not None else min(n_base, 4 * self.n_components)
-        if not 1 <= self.n_components <= rank:
-            raise ValueError(f"n_components must be in 1..{rank} (the rank of the first fit), "
-                             f"got {self.n_components}")
-        m = EDMDc(base, rank=rank, ridge=self.ridge).fit(X, U, Y)
-        F0 = m.dictionary_.transform(X) @ (m.basis_ if m.basis_ is not None else 1.0)   # [n, rank]
-        flat = lambda f: f.std() <= 1e-6 * max(np.sqrt(np.mean(f ** 2)), 1e-300)         # constant on X
-        cols, picked = [], []
-        for i, lam in enumerate(m.eigvals_):             # decreasing modulus
-            w = m.left_eigvecs_[:, i].conj()             # φ_i(x) = w_iᴴ Ψ(x) = Ψ(x) @ conj(w_i)
-            if self.drop_constant and abs(lam.imag) <= 1e-12 * max(abs(lam), 1e-300) and flat(F0 @ w.real):
-                continue
-            if abs(lam.imag) <= 1e-12 * max(abs(lam), 1e-300) and len(cols) < self.n_components:
-                cols.append(w.real); picked.append(lam)
-            elif lam.imag > 0 and len(cols) + 2 <= self.n_components:
-                cols += [w.real, w.imag]; picked += [lam, lam.conjugate()]
-            if len(cols) == self.n_components: break
-        W = np.stack(cols, axis=1)                        # [rank, r], in the first fit's coordinates
-        if m.basis_ is not None: W = m.basis_ @ W          # [n_base, r]
-        F = m.dictionary_.transform(X) @ W
-        W = W / np.sqrt(np.mean(F ** 2, axis=0))           # unit RMS features
-        self.base_, self.weights_, self.eigvals_ = m.dictionary_, W, np.array(picked)
 
-    def _n_features(self): return self.weights_.shape[1]
-    def _features(self, X): return self.base_.transform(X) @ self.weights_
+# %% ../nbs/31_dictionaries.ipynb #01a19805
+@patch
+def _fit(self: SpectralDictionary, X, y=None):
+    if y is None:
+        raise ValueError("SpectralDictionary needs the dynamics: call fit(X, (U, Y)) with the next "
+                         "states Y and the controls U (or None), or fit(X, Y)")
+    U, Y = y if isinstance(y, tuple) else (None, y)
+    base = self.base if self.base is not None else RandomFourierDictionary(256)
+    n_base = clone(base).fit(X[:2]).transform(X[:2]).shape[1] if self.rank is None else None
+    rank = self.rank if self.rank is not None else min(n_base, 4 * self.n_components)
+    if not 1 <= self.n_components <= rank:
+        raise ValueError(f"n_components must be in 1..{rank} (the rank of the first fit), "
+                         f"got {self.n_components}")
+    m = EDMDc(base, rank=rank, ridge=self.ridge).fit(X, U, Y)
+    F0 = m.dictionary_.transform(X) @ (m.basis_ if m.basis_ is not None else 1.0)   # [n, rank]
+    flat = lambda f: f.std() <= 1e-6 * max(np.sqrt(np.mean(f ** 2)), 1e-300)         # constant on X
+    cols, picked = [], []
+    for i, lam in enumerate(m.eigvals_):             # decreasing modulus
+        w = m.left_eigvecs_[:, i].conj()             # φ_i(x) = w_iᴴ Ψ(x) = Ψ(x) @ conj(w_i)
+        if self.drop_constant and abs(lam.imag) <= 1e-12 * max(abs(lam), 1e-300) and flat(F0 @ w.real):
+            continue
+        if abs(lam.imag) <= 1e-12 * max(abs(lam), 1e-300) and len(cols) < self.n_components:
+            cols.append(w.real); picked.append(lam)
+        elif lam.imag > 0 and len(cols) + 2 <= self.n_components:
+            cols += [w.real, w.imag]; picked += [lam, lam.conjugate()]
+        if len(cols) == self.n_components: break
+    W = np.stack(cols, axis=1)                        # [rank, r], in the first fit's coordinates
+    if m.basis_ is not None: W = m.basis_ @ W          # [n_base, r]
+    F = m.dictionary_.transform(X) @ W
+    W = W / np.sqrt(np.mean(F ** 2, axis=0))           # unit RMS features
+    self.base_, self.weights_, self.eigvals_ = m.dictionary_, W, np.array(picked)
 
-# %% ../nbs/31_dictionaries.ipynb #557f2dd2
+@patch
+def _n_features(self: SpectralDictionary): return self.weights_.shape[1]
+
+@patch
+def _features(self: SpectralDictionary, X): return self.base_.transform(X) @ self.weights_
+
+
+# %% ../nbs/31_dictionaries.ipynb #568fe7c1
 def _sae_of(encoder):
     "The object whose `encode` SAEDictionary calls: a fitted coreinv `SparseAutoencoder`'s `sae_`, else `encoder`."
     if hasattr(encoder, "get_params") and hasattr(encoder, "fit") and hasattr(encoder, "encode"):
@@ -345,6 +362,7 @@ def _encode(encoder, X: np.ndarray, batch_size: int) -> np.ndarray:
     return np.concatenate(out, axis=0)
 
 
+# %% ../nbs/31_dictionaries.ipynb #e116317c
 class SAEDictionary(Dictionary):
     """Ψ(x) = (1, n_components SAE latents chosen by `select`: 'variance' or 'frequency').
 
@@ -400,3 +418,4 @@ class SAEDictionary(Dictionary):
 
     def _n_features(self): return len(self.latents_)
     def _features(self, X): return _encode(_sae_of(self.encoder), X, self.batch_size)[:, self.latents_]
+

@@ -12,7 +12,7 @@ from torch import Tensor
 # %% auto #0
 __all__ = ['world', 'gather', 'all_reduce_sum']
 
-# %% ../nbs/42_distributed.ipynb #e2d41966
+# %% ../nbs/42_distributed.ipynb #b314c995
 def world() -> tuple[int, int]:
     """(rank, world size) of this process: (0, 1) unless `torch.distributed` is initialised.
 
@@ -25,10 +25,12 @@ def world() -> tuple[int, int]:
     return 0, 1
 
 
+# %% ../nbs/42_distributed.ipynb #b1e3547d
 def _device() -> torch.device:
     "Where collectives run: the current GPU for NCCL, the CPU otherwise (gloo)."
     if dist.get_backend() == "nccl": return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
+
 
 
 def _collective(what: str, fn, *args):
@@ -39,6 +41,7 @@ def _collective(what: str, fn, *args):
         rank, size = world()
         raise RuntimeError(f"{what}: rank {rank} of {size} could not complete a collective: another rank "
                            f"probably stopped (it waits at most the process group's timeout). {e}") from e
+
 
 
 def gather(obj, what: str, error: BaseException | None = None) -> list:
@@ -78,6 +81,7 @@ def gather(obj, what: str, error: BaseException | None = None) -> list:
     return [o for _, o in out]
 
 
+# %% ../nbs/42_distributed.ipynb #c573eb48
 def all_reduce_sum(x: Tensor, what: str) -> Tensor:
     """Σ over ranks of `x`, as a new float64 CPU tensor (`x` itself is not written to).
 
@@ -96,3 +100,4 @@ def all_reduce_sum(x: Tensor, what: str) -> Tensor:
     t = t.to(_device())
     _collective(what, dist.all_reduce, t)
     return t.cpu()
+

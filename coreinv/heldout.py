@@ -12,7 +12,7 @@ from .invariance import split_rows
 # %% auto #0
 __all__ = ['window_overlap', 'window_split', 'window_rows', 'capped_directions']
 
-# %% ../nbs/35_heldout.ipynb #ff296144
+# %% ../nbs/35_heldout.ipynb #e499ad7d
 def window_overlap(starts, others, n_ctx: int) -> np.ndarray:
     """Which windows [s, s + n_ctx) of `starts` share a token with some window of `others`.
 
@@ -42,6 +42,7 @@ def window_overlap(starts, others, n_ctx: int) -> np.ndarray:
     return (np.abs(a - left) < n_ctx) | (np.abs(right - a) < n_ctx)
 
 
+# %% ../nbs/35_heldout.ipynb #e272afaa
 def window_split(starts, n_ctx: int, test_size: float = 0.5, block: int = 1, seed: int = 0):
     """Train and test windows by whole blocks; test windows that share a token with a train window are dropped.
 
@@ -83,6 +84,7 @@ def window_split(starts, n_ctx: int, test_size: float = 0.5, block: int = 1, see
     return train, test[~shared], test[shared]
 
 
+# %% ../nbs/35_heldout.ipynb #d9a83ae7
 def window_rows(windows, rows_per_window: int) -> np.ndarray:
     """Row indices of the given windows when rows are laid out [window, position], `rows_per_window` a window.
 
@@ -97,6 +99,7 @@ def window_rows(windows, rows_per_window: int) -> np.ndarray:
     """
     w = np.asarray(windows, dtype=int).ravel()
     return (w[:, None] * rows_per_window + np.arange(rows_per_window)).ravel()
+
 
 # %% ../nbs/35_heldout.ipynb #a70acfc0
 def capped_directions(result, cap: float = 1.0) -> int:

@@ -17,9 +17,10 @@ from torch import Tensor, nn
 # %% auto #0
 __all__ = ['hook_names', 'replace_activation', 'record_activation']
 
-# %% ../nbs/06_hooks.ipynb #c7d3538d
+# %% ../nbs/06_hooks.ipynb #ede59725
 def _is_hooked(model) -> bool:
     return hasattr(model, "hook_dict") and hasattr(model, "hooks")
+
 
 
 def hook_names(model: nn.Module) -> list[str]:
@@ -38,6 +39,7 @@ def hook_names(model: nn.Module) -> list[str]:
     return [n for n, _ in model.named_modules() if n]
 
 
+# %% ../nbs/06_hooks.ipynb #3234ce90
 def _resolve(model: nn.Module, hook: str) -> nn.Module:
     names = hook_names(model)
     if hook not in names:
@@ -45,6 +47,7 @@ def _resolve(model: nn.Module, hook: str) -> nn.Module:
         hint = f"close names: {', '.join(close)}" if close else f"some names: {', '.join(names[:8])}"
         raise ValueError(f"unknown hook {hook!r} for {type(model).__name__}; {hint}")
     return model.hook_dict[hook] if _is_hooked(model) else model.get_submodule(hook)
+
 
 
 @contextmanager
@@ -85,8 +88,10 @@ def replace_activation(model: nn.Module, hook: str, fn: Callable[[Tensor], Tenso
         handle.remove()
 
 
+# %% ../nbs/06_hooks.ipynb #f7accd1c
 class _Stop(Exception):
     "Raised by `record_activation`'s hooks with `stop=True`: nothing after the last hook needs computing."
+
 
 
 def record_activation(model: nn.Module, hooks: str | Sequence[str], inputs, pos=None, stop: bool = False):
@@ -142,7 +147,8 @@ def record_activation(model: nn.Module, hooks: str | Sequence[str], inputs, pos=
         raise ValueError(f"the forward pass of {type(model).__name__} never reached {', '.join(map(repr, missing))}")
     return (store[hooks] if isinstance(hooks, str) else {h: store[h] for h in names}), out
 
-# %% ../nbs/06_hooks.ipynb #02aedaa2
+
+# %% ../nbs/06_hooks.ipynb #784a81e6
 def _check_tokens(model, t, what: str = "inputs", also: str = "") -> Tensor:
     """`t` checked as a batch of inputs for `model`: token ids [batch, pos] in the vocabulary for a
     TransformerLens model (one with `cfg.d_vocab`), any non-empty tensor for another module.
@@ -172,6 +178,7 @@ def _check_tokens(model, t, what: str = "inputs", also: str = "") -> Tensor:
     return t
 
 
+
 def _n_args(fn) -> int:
     "1 for a readout with one positional parameter (TransformerLens's `metric(logits)`), else 2."
     try:
@@ -180,6 +187,7 @@ def _n_args(fn) -> int:
         return 2
     if any(p.kind == p.VAR_POSITIONAL for p in ps): return 2
     return 1 if len([p for p in ps if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]) == 1 else 2
+
 
 
 _QUERY_AXIS_HOOKS = ("hook_pattern", "hook_attn_scores")        # [batch, head, query_pos, key_pos]
@@ -208,7 +216,9 @@ def _start_at(model, hook: str) -> tuple[int, str | None] | None:
     return None
 
 
+# %% ../nbs/06_hooks.ipynb #698fe657
 def _activation(model: nn.Module, hook: str, inputs: Tensor, via: str | None = None) -> tuple[Tensor, Tensor | None]:
     "The activations at `hook` (and at `via`, earlier) on `inputs`, without running the rest of the model."
     acts, _ = record_activation(model, [hook] if via is None else [via, hook], inputs, stop=True)
     return acts[hook], acts.get(via)
+

@@ -21,7 +21,7 @@ __all__ = ['SpanResidual', 'span_residual_features', 'slow_manifold_system', 'sp
            'SparseReLUDictionary', 'BasisChange', 'LeastSquaresRealisation', 'gap_cut', 'RateFit', 'rate_fit',
            'cv_ridge_readout', 'leading_mode_indices', 'restricted_edit', 'removed_rms']
 
-# %% ../nbs/34_invariance.ipynb #ca9227ee
+# %% ../nbs/34_invariance.ipynb #a3896deb
 @dataclass
 class SpanResidual:
     """Basis-free invariance residual: the generalised eigenvalues of (residual, target) covariances.
@@ -51,11 +51,13 @@ class SpanResidual:
                 f"n_train={self.n_train}, n_test={self.n_test})")
 
 
+# %% ../nbs/34_invariance.ipynb #3d12d79c
 def _basis(Z, rtol):
     "Orthonormal coordinates of the columns of Z [n, r]: (V [r, k] / s, s) with s > rtol · s_max."
     _, s, Vt = np.linalg.svd(Z, full_matrices=False)
     keep = s > rtol * max(s[0], 1e-300)
     return Vt[keep].T / s[keep], s[keep]
+
 
 
 def span_residual_features(FX, FY, U=None, train=None, test=None, rtol: float = 1e-6) -> SpanResidual:
@@ -120,6 +122,7 @@ def span_residual_features(FX, FY, U=None, train=None, test=None, rtol: float = 
     vals = np.clip(vals, 0.0, None)
     return SpanResidual(vals, float(np.minimum(vals, 1.0).mean()), float(vals[0]), len(train), len(test))
 
+
 # %% ../nbs/34_invariance.ipynb #f8099862
 def slow_manifold_system(n: int = 2000, mu: float = 0.9, lam: float = 0.5, c: float = 1.0,
                          noise: float = 0.0, seed: int = 0):
@@ -147,7 +150,7 @@ def slow_manifold_system(n: int = 2000, mu: float = 0.9, lam: float = 0.5, c: fl
     Y = np.c_[mu * X[:, 0] + u, lam * X[:, 1] + c * X[:, 0] ** 2] + noise * rng.standard_normal((n, 2))
     return X, np.c_[u, u ** 2, X[:, 0] * u], Y
 
-# %% ../nbs/34_invariance.ipynb #9ac7f449
+# %% ../nbs/34_invariance.ipynb #95e09924
 def split_rows(n: int, test_size: float = 0.5, groups=None, seed: int = 0):
     """A train/test split of n rows, by whole groups when `groups` is given (tokens of one window stay together).
 
@@ -187,6 +190,7 @@ def split_rows(n: int, test_size: float = 0.5, groups=None, seed: int = 0):
     return train, test
 
 
+# %% ../nbs/34_invariance.ipynb #11a0337d
 def span_residual(dictionary, X, U, Y, train=None, test=None, fit_dictionary: bool = True,
                   rtol: float = 1e-6) -> SpanResidual:
     """Out-of-sample, basis-free invariance residual of a dictionary: fit on `train`, score on `test`.
@@ -227,6 +231,7 @@ def span_residual(dictionary, X, U, Y, train=None, test=None, fit_dictionary: bo
         d = (d.fit(X[train], (U[train], Y[train])) if getattr(d, "fit_requires_dynamics", False)
              else d.fit(X[train]))
     return span_residual_features(d.transform(X), d.transform(Y), U, train, test, rtol)
+
 
 # %% ../nbs/34_invariance.ipynb #058f8bae
 class SparseReLUDictionary(Dictionary):
@@ -270,7 +275,7 @@ class SparseReLUDictionary(Dictionary):
     def _n_features(self): return self.directions_.shape[1]
     def _features(self, X): return np.maximum((X - self.mean_) @ self.directions_ - self.thresholds_, 0.0)
 
-# %% ../nbs/34_invariance.ipynb #8d04c4e9
+# %% ../nbs/34_invariance.ipynb #2293cc78
 class BasisChange(Dictionary):
     """Ψ'(x) = (1, Ψ(x) T): a fitted dictionary's non-constant features in another basis (same span).
 
@@ -315,6 +320,7 @@ class BasisChange(Dictionary):
         return (F[:, 1:] if getattr(self.base, "has_constant_", False) else F) @ self.T_
 
 
+# %% ../nbs/34_invariance.ipynb #27163c46
 class LeastSquaresRealisation:
     """A realisation on given coordinates: [A B c] by ridge least squares of Y on [X, U, 1], and eig(A).
 
@@ -358,7 +364,8 @@ class LeastSquaresRealisation:
         self.eigvals_ = lam[np.argsort(-np.abs(lam), kind="stable")]
         return self
 
-# %% ../nbs/34_invariance.ipynb #ddd5c677
+
+# %% ../nbs/34_invariance.ipynb #c740535f
 def gap_cut(eigvals, error: float, factor: float = 3.0, k_max: int | None = None) -> int | None:
     """The largest k ≤ k_max whose modulus gap |λ_k| − |λ_{k+1}| is > factor × error (None if none).
 
@@ -393,6 +400,7 @@ def gap_cut(eigvals, error: float, factor: float = 3.0, k_max: int | None = None
     return max(ok) if ok else None
 
 
+# %% ../nbs/34_invariance.ipynb #0a4ed8ff
 @dataclass
 class RateFit:
     """Per-split log-log slopes of the split-half spectral distance against M, and their t interval.
@@ -422,6 +430,7 @@ class RateFit:
                 f"splits={self.slopes.size}, M={self.Ms.tolist()})")
 
 
+# %% ../nbs/34_invariance.ipynb #728cf455
 def rate_fit(X, U, Y, Ms, make_estimator, k: int | None = None, n_splits: int = 20, seed: int = 0) -> RateFit:
     """Split-half distances at each M over `n_splits` random splits; the slope per split and a t interval.
 
@@ -461,7 +470,8 @@ def rate_fit(X, U, Y, Ms, make_estimator, k: int | None = None, n_splits: int = 
     t = stats.t.ppf(0.975, n_splits - 1)
     return RateFit(Ms, dist, slopes, float(s), (float(s - t * se), float(s + t * se)), k)
 
-# %% ../nbs/34_invariance.ipynb #330417f3
+
+# %% ../nbs/34_invariance.ipynb #40d722c7
 def cv_ridge_readout(H, y, alphas=(1e-3, 1e-2, 0.1, 1.0, 10.0, 100.0, 1000.0), n_folds: int = 5,
                      seed: int = 0):
     """A ridge readout of y from H with the ridge chosen by k-fold cross-validation, and its held-out R².
@@ -512,6 +522,7 @@ def cv_ridge_readout(H, y, alphas=(1e-3, 1e-2, 0.1, 1.0, 10.0, 100.0, 1000.0), n
     return fit(H, y, alphas[best]), float(alphas[best]), float(scores[best])
 
 
+# %% ../nbs/34_invariance.ipynb #cc3ae529
 def leading_mode_indices(model, k: int):
     """Indices of the leading modes of a fitted EDMDc whose real span has dimension ≤ k, pairs never split.
 
@@ -541,6 +552,7 @@ def leading_mode_indices(model, k: int):
     return idx, n
 
 
+# %% ../nbs/34_invariance.ipynb #90959e3c
 def restricted_edit(edit, n_pos: int, skip=(0,), scale: float = 1.0):
     """`edit` applied to the rows of [batch·pos, D] whose position is not in `skip`, its change scaled.
 
@@ -576,6 +588,7 @@ def restricted_edit(edit, n_pos: int, skip=(0,), scale: float = 1.0):
     return f
 
 
+# %% ../nbs/34_invariance.ipynb #49a724c2
 def removed_rms(edit, H) -> float:
     """RMS norm of the change an edit makes to the rows of H [n, D].
 
@@ -590,3 +603,4 @@ def removed_rms(edit, H) -> float:
     """
     H = np.asarray(H, dtype=np.float64)
     return float(np.sqrt(np.mean(np.sum((edit(H) - H) ** 2, axis=1))))
+

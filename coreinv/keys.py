@@ -108,7 +108,7 @@ def syntax_hash(source: str, skip: Callable[[ast.stmt], bool] | None = None) -> 
         tree.body = [s for s in tree.body if not skip(s)]
     return digest(ast.dump(tree, annotate_fields=False, include_attributes=False))
 
-# %% ../nbs/03_keys.ipynb #e42d0a2e
+# %% ../nbs/03_keys.ipynb #c0fe3e5c
 def _is_type_checking(node: ast.AST) -> bool:
     return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
 
@@ -148,6 +148,7 @@ def _import_statements(source: str) -> tuple[tuple[str, str, int, tuple[str, ...
     return tuple(out)
 
 
+# %% ../nbs/03_keys.ipynb #ccbe8df9
 def imported_modules(source: str, module: str | None = None) -> set[str]:
     """The `coreinv` modules that running `source` imports: every `import`/`from` statement (also inside functions), none under `if TYPE_CHECKING`.
 
@@ -194,6 +195,7 @@ def imported_modules(source: str, module: str | None = None) -> set[str]:
     return {".".join(m.split(".")[:i]) for m in out for i in range(1, len(m.split(".")) + 1)}
 
 
+# %% ../nbs/03_keys.ipynb #d47bd248
 def import_closure(modules: Iterable[str]) -> list[str]:
     """`modules` and every `coreinv` module they import, directly or through others, sorted.
 
@@ -224,6 +226,7 @@ def import_closure(modules: Iterable[str]) -> list[str]:
     return sorted(seen)
 
 
+# %% ../nbs/03_keys.ipynb #93860a02
 def code_key(modules: Iterable[str], skip: Callable[[str, ast.stmt], bool] | None = None) -> str:
     """A key for the code of `modules` and all they import: each module's `syntax_hash`, by name.
 
@@ -248,10 +251,12 @@ def code_key(modules: Iterable[str], skip: Callable[[str, ast.stmt], bool] | Non
     return digest(parts)
 
 
+
 @functools.lru_cache(maxsize=None)
 def _module_hash(source: str) -> str:
     "`syntax_hash(source)`, kept per text: the chapters' keys share most modules, and each is parsed once per process."
     return syntax_hash(source)
+
 
 # %% ../nbs/03_keys.ipynb #e934a07e
 def code_cells(path: str | Path) -> list[str]:
@@ -293,7 +298,7 @@ def notebook_code(path: str | Path) -> str:
     read = TransformerManager().transform_cell
     return "\n".join(read(cell) for cell in code_cells(path))
 
-# %% ../nbs/03_keys.ipynb #72b388c2
+# %% ../nbs/03_keys.ipynb #0245a3ca
 def _top_level(fn: Any) -> Any:
     """What holds `fn`'s source in its module: a method's class, a nested function or lambda's enclosing
     top-level function, else `fn` (a method's `self.helper()` calls are then hashed with its class)."""
@@ -303,13 +308,13 @@ def _top_level(fn: Any) -> Any:
     top = getattr(sys.modules.get(fn.__module__), qual.split(".")[0], None)
     return top if top is not None else fn
 
-
+# %% ../nbs/03_keys.ipynb #80ab8504
 def _code_digest(code) -> str:
     "A function's bytecode, names and constants, nested code objects by their own digest (no addresses)."
     consts = [_code_digest(c) if inspect.iscode(c) else repr(c) for c in code.co_consts]
     return digest(code.co_code, code.co_names, consts)
 
-
+# %% ../nbs/03_keys.ipynb #7e8156ab
 def _plain(x: Any, todo: list) -> str | None:
     """A stable text for a data value that code reads (numbers, strings, and dicts, lists, tuples and sets of
     them); functions and classes in it by name (and queued in `todo` to hash their code); None otherwise."""
@@ -330,21 +335,21 @@ def _plain(x: Any, todo: list) -> str | None:
         return "{" + ", ".join(f"{k}: {v}" for k, v in sorted(items)) + "}"
     return None
 
-
+# %% ../nbs/03_keys.ipynb #08da235b
 def _label(obj: Any) -> str:
     """How a key names a function or class: ours (`_ours`) by its qualified name without its module, so that
     a move keeps the key; an installed package's with its module."""
     qual = getattr(obj, "__qualname__", getattr(obj, "__name__", "?"))
     return qual if _ours(obj) else f"{getattr(obj, '__module__', '?')}.{qual}"
 
-
+# %% ../nbs/03_keys.ipynb #ff0e680f
 def _unwrap(obj: Any) -> Any:
     "The function behind a bound method, a classmethod or a decorator that keeps `__wrapped__` (`lru_cache`, `wraps`)."
     obj = getattr(obj, "__func__", obj)
     try: return inspect.unwrap(obj) if callable(obj) else obj
     except ValueError: return obj                                        # a cycle of __wrapped__
 
-
+# %% ../nbs/03_keys.ipynb #5a7566cb
 _KEYS = f"{PACKAGE}.keys"                                               # named by function_key, not hashed
 
 
@@ -360,7 +365,27 @@ def _ours(obj: Any) -> bool:
     except OSError: return top == "__main__"                             # a class made in a notebook or script
     return bool(path) and not any(p in Path(path).parts for p in ("site-packages", "dist-packages"))
 
+# %% ../nbs/03_keys.ipynb #c375c1c1
+def _patched_sources(cls: type) -> str:
+    """The source of the methods attached to `cls` after its class statement (fastcore's `patch`, as the
+    library pages define their classes, in the class's module), in name order: a class's own source does not
+    hold them, and a key of the class must. Empty for a class whose methods are all in its body (its key is
+    unchanged)."""
+    try:
+        lines_, start = inspect.getsourcelines(cls)
+        file = inspect.getsourcefile(cls)
+    except (OSError, TypeError):
+        return ""
+    out = []
+    for attr, v in sorted(vars(cls).items()):
+        f = v.fget if isinstance(v, property) else getattr(v, "__func__", v)
+        code = getattr(f, "__code__", None)
+        if code is None or not _ours(f) or code.co_filename != file: continue   # (a dataclass's generated
+        if start <= code.co_firstlineno < start + len(lines_): continue          # methods have no file)
+        out.append(textwrap.dedent(inspect.getsource(f)))
+    return "".join("\n\n" + s for s in out)
 
+# %% ../nbs/03_keys.ipynb #cca5b268
 def function_key(*fns: Callable) -> str:
     """A key for the code of `fns` and of the functions, classes and constants they use, followed through calls.
 
@@ -397,6 +422,7 @@ def function_key(*fns: Callable) -> str:
         except OSError:                                  # no source (exec'd, or a class made at run time)
             code = getattr(fn, "__code__", None)
             seen[name] = (_label(fn), _code_digest(code) if code else ""); continue
+        if inspect.isclass(fn): source += _patched_sources(fn)
         seen[name] = (_label(fn), syntax_hash(source))
         mod = sys.modules[fn.__module__]
         names = set()
@@ -417,3 +443,4 @@ def function_key(*fns: Callable) -> str:
                 text = _plain(obj, todo)                                  # a module constant the code reads
                 if text is not None: seen[f"{owner.__name__}.{attr}"] = (attr, text)
     return digest(sorted(seen.values()))
+

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.linalg as sla
+from fastcore.basics import patch
 from tqdm import tqdm
 
 from .base import Estimator, as_acts, clone
@@ -45,7 +46,7 @@ def _geometric_median(P: np.ndarray, iters: int = 500, tol: float = 1e-12) -> np
         m = m_new
     return m
 
-# %% ../nbs/32_koopman.ipynb #a278fa2f
+# %% ../nbs/32_koopman.ipynb #c2fa2ec3
 class EDMDc(Estimator):
     """Extended DMD with control: Ψ(Y) ≈ A Ψ(X) + B U, X ≈ C Ψ(X), from a stable (TSQR) least squares.
 
@@ -89,6 +90,8 @@ class EDMDc(Estimator):
     n_samples_seen_ : int
     """
 
+    _fitted_attr = "A_"
+
     def __init__(self, dictionary=None, rank: int | None = None, ridge: float = 0.0,
                  mom_blocks: int | None = None, solver: str = "qr", fit_dictionary: bool = True,
                  chunk: int = 8192, progress: bool = True):
@@ -96,381 +99,324 @@ class EDMDc(Estimator):
         self.mom_blocks, self.solver, self.fit_dictionary, self.chunk = mom_blocks, solver, fit_dictionary, chunk
         self.progress = progress
 
-    def __repr__(self):
-        defaults = type(self)().get_params(deep=False)
-        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params(deep=False).items()
-                         if v is not defaults[k] and not (type(v) is type(defaults[k]) and v == defaults[k]))
-        out = f"{type(self).__name__}({args})"
-        if hasattr(self, "A_"):
-            out += (f"  # fitted: r={self.A_.shape[0]}, D={self.n_state_}, D_u={self.n_controls_}, "
-                    f"M={self.n_samples_seen_}, |λ|max={np.abs(self.eigvals_).max():.4g}")
-        return out
 
-    # -- checks ---------------------------------------------------------------------------------
-    def _check_params(self):
-        if self.solver not in ("qr", "normal"):
-            raise ValueError(f"solver must be 'qr' or 'normal', got {self.solver!r}")
-        if self.ridge < 0: raise ValueError(f"ridge must be ≥ 0, got {self.ridge}")
-        if self.mom_blocks is not None and self.mom_blocks < 1:
-            raise ValueError(f"mom_blocks must be a positive integer or None, got {self.mom_blocks}")
-        if self.rank is not None and self.rank < 1:
-            raise ValueError(f"rank must be a positive integer or None, got {self.rank}")
-        if (self.mom_blocks or 1) > 1 and self.rank is not None:
-            raise ValueError("mom_blocks > 1 with rank is not supported: each block would have its own "
-                             "principal basis; pass rank=None, or a PCA dictionary")
+# %% ../nbs/32_koopman.ipynb #07105495
+@patch
+def _check_params(self: EDMDc):
+    if self.solver not in ("qr", "normal"):
+        raise ValueError(f"solver must be 'qr' or 'normal', got {self.solver!r}")
+    if self.ridge < 0: raise ValueError(f"ridge must be ≥ 0, got {self.ridge}")
+    if self.mom_blocks is not None and self.mom_blocks < 1:
+        raise ValueError(f"mom_blocks must be a positive integer or None, got {self.mom_blocks}")
+    if self.rank is not None and self.rank < 1:
+        raise ValueError(f"rank must be a positive integer or None, got {self.rank}")
+    if (self.mom_blocks or 1) > 1 and self.rank is not None:
+        raise ValueError("mom_blocks > 1 with rank is not supported: each block would have its own "
+                         "principal basis; pass rank=None, or a PCA dictionary")
 
-    def _check_fitted(self):
-        if not hasattr(self, "A_") and hasattr(self, "n_samples_seen_"):
-            raise ValueError(f"this {type(self).__name__} is not fitted yet: its {self.n_samples_seen_} "
-                             f"samples cannot determine the operator (need ≥ {self._needed()}): "
-                             f"add batches with partial_fit")
-        if not hasattr(self, "A_"):
-            raise ValueError(f"this {type(self).__name__} is not fitted yet: call fit first "
-                             f"(or partial_fit)")
 
-    # -- lifting ---------------------------------------------------------------------------------
-    def _fit_dictionary(self, X, U, Y):
-        if self.dictionary is None: return None
-        if not self.fit_dictionary: return self.dictionary
-        d = clone(self.dictionary)
-        if getattr(d, "fit_requires_dynamics", False): out = d.fit(X, (U, Y))
-        else: out = d.fit(X)
-        return d if out is None else out
+# %% ../nbs/32_koopman.ipynb #80eed9bc
+@patch
+def _fit_first(self: EDMDc) -> str:
+    "The call to make first: more batches when partial_fit has seen too few samples, else fit."
+    if hasattr(self, "n_samples_seen_"):
+        return (f"its {self.n_samples_seen_} samples cannot determine the operator (need ≥ {self._needed()}): "
+                f"add batches with partial_fit")
+    return "call fit first (or partial_fit)"
 
-    def _psi(self, X):
-        "Lifted features of validated states X [M, D] → [M, n_features] (before any rank projection)."
-        if self.dictionary_ is None: return X
-        F = self.dictionary_.transform(X)
-        if hasattr(F, "detach"): F = F.detach().cpu().numpy()
-        F = np.asarray(F, dtype=np.float64)
-        if F.ndim != 2 or F.shape[0] != X.shape[0]:
-            raise ValueError(f"the dictionary's transform must map [{X.shape[0]}, D] to "
-                             f"[{X.shape[0]}, r], got shape {F.shape}")
-        return F
+@patch
+def _repr_fitted(self: EDMDc) -> str:
+    return (f"r={self.A_.shape[0]}, D={self.n_state_}, D_u={self.n_controls_}, M={self.n_samples_seen_}, "
+            f"|λ|max={np.abs(self.eigvals_).max():.4g}")
 
-    def _columns(self, X, U, Y):
-        "One chunk of the stacked data [Ψ(X), U, Ψ(Y), X] (X only when there is a dictionary)."
-        parts = [self._psi(X), U, self._psi(Y)]
-        if self.dictionary_ is not None: parts.append(X)
-        return np.hstack(parts)                       # [m, n_cols]
 
-    # -- sufficient statistics -------------------------------------------------------------------
-    def _update(self, b: int, W: np.ndarray):
-        "Fold the rows W [m, n_cols] into block b's statistic (R factor, or Gram for solver='normal')."
-        n = W.shape[1]
-        if self.solver == "normal":
-            self.stats_[b] += W.T @ W
-        else:
-            self.stats_[b] = _r_factor(np.vstack([self.stats_[b], W]))
-        self.sums_[b] += W.sum(0)
-        self.counts_[b] += W.shape[0]
+# %% ../nbs/32_koopman.ipynb #147e6b81
+@patch
+def _fit_dictionary(self: EDMDc, X, U, Y):
+    if self.dictionary is None: return None
+    if not self.fit_dictionary: return self.dictionary
+    d = clone(self.dictionary)
+    if getattr(d, "fit_requires_dynamics", False): out = d.fit(X, (U, Y))
+    else: out = d.fit(X)
+    return d if out is None else out
 
-    def _start(self, X, U, Y):
-        self._check_params()
-        self.dictionary_ = self._fit_dictionary(X, U, Y)
-        n_feat = self._psi(X[:2]).shape[1]
-        if self.rank is not None and self.rank > n_feat:
-            raise ValueError(f"rank {self.rank} is larger than the dictionary's dimension {n_feat}")
-        self.n_features_, self.n_controls_, self.n_state_ = n_feat, U.shape[1], X.shape[1]
-        n = 2 * n_feat + U.shape[1] + (X.shape[1] if self.dictionary_ is not None else 0)
-        k = self.mom_blocks or 1
-        self.stats_ = [np.zeros((0, n)) if self.solver == "qr" else np.zeros((n, n)) for _ in range(k)]
-        self.sums_, self.counts_ = [np.zeros(n) for _ in range(k)], [0] * k
-        self.n_batches_ = 0
+@patch
+def _psi(self: EDMDc, X):
+    "Lifted features of validated states X [M, D] → [M, n_features] (before any rank projection)."
+    if self.dictionary_ is None: return X
+    F = self.dictionary_.transform(X)
+    if hasattr(F, "detach"): F = F.detach().cpu().numpy()
+    F = np.asarray(F, dtype=np.float64)
+    if F.ndim != 2 or F.shape[0] != X.shape[0]:
+        raise ValueError(f"the dictionary's transform must map [{X.shape[0]}, D] to "
+                         f"[{X.shape[0]}, r], got shape {F.shape}")
+    return F
 
-    # -- public API ------------------------------------------------------------------------------
-    def fit(self, X, U, Y):
-        """Fit the dictionary (unless `fit_dictionary=False`) and the realisation (A, B, C) on all of (X, U, Y).
+@patch
+def _columns(self: EDMDc, X, U, Y):
+    "One chunk of the stacked data [Ψ(X), U, Ψ(Y), X] (X only when there is a dictionary)."
+    parts = [self._psi(X), U, self._psi(Y)]
+    if self.dictionary_ is not None: parts.append(X)
+    return np.hstack(parts)                       # [m, n_cols]
 
-        With `torch.distributed` initialised, each rank passes its own shard (possibly empty) and
-        every rank ends with the fit on all the shards: the R factors are gathered and re-factored,
-        the sums and counts added. The dictionary must then come out the same on every rank (a
-        fitted one with `fit_dictionary=False`, or one whose fit does not look at the data).
 
-        Parameters
-        ----------
-        X, Y : array or Tensor [M, D]
-            States and next states.
-        U : array or Tensor [M, D_u], or None
-            Controls (None: autonomous).
+# %% ../nbs/32_koopman.ipynb #6ef6c58a
+@patch
+def _start(self: EDMDc, X, U, Y):
+    self._check_params()
+    self.dictionary_ = self._fit_dictionary(X, U, Y)
+    n_feat = self._psi(X[:2]).shape[1]
+    if self.rank is not None and self.rank > n_feat:
+        raise ValueError(f"rank {self.rank} is larger than the dictionary's dimension {n_feat}")
+    self.n_features_, self.n_controls_, self.n_state_ = n_feat, U.shape[1], X.shape[1]
+    n = 2 * n_feat + U.shape[1] + (X.shape[1] if self.dictionary_ is not None else 0)
+    k = self.mom_blocks or 1
+    self.stats_ = [np.zeros((0, n)) if self.solver == "qr" else np.zeros((n, n)) for _ in range(k)]
+    self.sums_, self.counts_ = [np.zeros(n) for _ in range(k)], [0] * k
+    self.n_batches_ = 0
 
-        Returns
-        -------
-        self, with A_, B_, C_ and the spectrum
 
-        Raises
-        ------
-        ValueError
-            On malformed input or parameters, or when ridge = 0 and there are fewer samples (per
-            median-of-means block) than the n_features + D_u unknowns of each row of [A B].
-        RuntimeError
-            Under torch.distributed, when another rank failed.
-        """
-        self._reset()
-        err = None
-        try:
-            X, U, Y = _check_triples(X, U, Y)         # [M, D], [M, D_u], [M, D]
-            self._start(X, U, Y)
-            blocks = np.array_split(np.arange(X.shape[0]), self.mom_blocks or 1)
-            steps = [(b, idx[s:s + self.chunk]) for b, idx in enumerate(blocks)
-                     for s in range(0, len(idx), self.chunk)]
-            for b, i in tqdm(steps, desc="EDMDc", unit="chunk", disable=not self.progress or len(steps) < 2):
-                self._update(b, self._columns(X[i], U[i], Y[i]))
-            self.n_batches_ = 1
-        except Exception as e:
-            err = e
-        return self._finalize(err)
+# %% ../nbs/32_koopman.ipynb #451b0cee
+@patch
+def _update(self: EDMDc, b: int, W: np.ndarray):
+    "Fold the rows W [m, n_cols] into block b's statistic (R factor, or Gram for solver='normal')."
+    n = W.shape[1]
+    if self.solver == "normal":
+        self.stats_[b] += W.T @ W
+    else:
+        self.stats_[b] = _r_factor(np.vstack([self.stats_[b], W]))
+    self.sums_[b] += W.sum(0)
+    self.counts_[b] += W.shape[0]
 
-    def partial_fit(self, X, U, Y):
-        """Add one batch to the statistics and refit (A, B, C); memory stays O(n_cols²) however many batches.
 
-        Under torch.distributed it only adds the batch: call `finalize` on every rank at the end.
-        Until the batches hold enough samples to determine the operator (n_features + D_u, with
-        ridge = 0), the statistics grow but nothing is solved: the model stays unfitted.
+# %% ../nbs/32_koopman.ipynb #1e685777
+@patch
+def fit(self: EDMDc, X, U, Y):
+    """Fit the dictionary (unless `fit_dictionary=False`) and the realisation (A, B, C) on all of (X, U, Y).
 
-        The stream equals one `fit` on all the batches. So a dictionary is fitted here only when its
-        fit does not read the data (`fit_reads_data = False`: identity, random projections, random
-        Fourier features with a given bandwidth); one that does (PCA, spectral, SAE, the median
-        heuristic, or your own class without the attribute) would see the first batch alone, and is
-        refused: fit it first on all the states and pass `fit_dictionary=False`.
+    With `torch.distributed` initialised, each rank passes its own shard (possibly empty) and
+    every rank ends with the fit on all the shards: the R factors are gathered and re-factored,
+    the sums and counts added. The dictionary must then come out the same on every rank (a
+    fitted one with `fit_dictionary=False`, or one whose fit does not look at the data).
 
-        Parameters
-        ----------
-        X, Y : array or Tensor [m, D]
-        U : array or Tensor [m, D_u], or None
+    Parameters
+    ----------
+    X, Y : array or Tensor [M, D]
+        States and next states.
+    U : array or Tensor [M, D_u], or None
+        Controls (None: autonomous).
 
-        Returns
-        -------
-        self
+    Returns
+    -------
+    self, with A_, B_, C_ and the spectrum
 
-        Raises
-        ------
-        ValueError
-            On malformed input, a batch whose D or D_u differs from the earlier ones, or (first
-            batch) a dictionary to fit whose fit reads the data.
-        """
-        X, U, Y = _check_triples(X, U, Y)
-        d = self.dictionary
-        if not hasattr(self, "stats_") and d is not None and self.fit_dictionary \
-                and getattr(d, "fit_reads_data", True):
-            name = type(d).__name__
-            raise ValueError(f"partial_fit would fit the {name} on the first batch alone, so the stream "
-                             f"would not equal one fit on all the data: fit the dictionary first, on all "
-                             f"the states (or a large sample), then stream with it fixed, e.g. "
-                             f"EDMDc({name}(...).fit(X_all), fit_dictionary=False). A dictionary whose "
-                             f"fit reads only D can say so with the class attribute fit_reads_data = False")
-        if not hasattr(self, "stats_"):
-            self._start(X, U, Y)                      # a dictionary to fit reads D only
-        elif (U.shape[1], X.shape[1]) != (self.n_controls_, self.n_state_):
-            raise ValueError(f"batch has D={X.shape[1]}, D_u={U.shape[1]} but earlier batches had "
-                             f"D={self.n_state_}, D_u={self.n_controls_}")
-        b = self.n_batches_ % len(self.stats_)         # median-of-means: batches go round-robin
-        for s in range(0, X.shape[0], self.chunk):
-            self._update(b, self._columns(X[s:s + self.chunk], U[s:s + self.chunk], Y[s:s + self.chunk]))
-        self.n_batches_ += 1
-        return self if world()[1] > 1 else self._finalize(partial=True)
+    Raises
+    ------
+    ValueError
+        On malformed input or parameters, or when ridge = 0 and there are fewer samples (per
+        median-of-means block) than the n_features + D_u unknowns of each row of [A B].
+    RuntimeError
+        Under torch.distributed, when another rank failed.
+    """
+    self._reset()
+    err = None
+    try:
+        X, U, Y = _check_triples(X, U, Y)         # [M, D], [M, D_u], [M, D]
+        self._start(X, U, Y)
+        blocks = np.array_split(np.arange(X.shape[0]), self.mom_blocks or 1)
+        steps = [(b, idx[s:s + self.chunk]) for b, idx in enumerate(blocks)
+                 for s in range(0, len(idx), self.chunk)]
+        for b, i in tqdm(steps, desc="EDMDc", unit="chunk", disable=not self.progress or len(steps) < 2):
+            self._update(b, self._columns(X[i], U[i], Y[i]))
+        self.n_batches_ = 1
+    except Exception as e:
+        err = e
+    return self._finalize(err)
 
-    def finalize(self):
-        """Solve for (A, B, C) from the statistics, merged over ranks under torch.distributed.
 
-        Returns
-        -------
-        self
+# %% ../nbs/32_koopman.ipynb #3946db18
+@patch
+def partial_fit(self: EDMDc, X, U, Y):
+    """Add one batch to the statistics and refit (A, B, C); memory stays O(n_cols²) however many batches.
 
-        Raises
-        ------
-        ValueError
-            If nothing was fitted, or the samples cannot determine the operator (see `fit`).
-        """
-        return self._finalize(None)
+    Under torch.distributed it only adds the batch: call `finalize` on every rank at the end.
+    Until the batches hold enough samples to determine the operator (n_features + D_u, with
+    ridge = 0), the statistics grow but nothing is solved: the model stays unfitted.
 
-    def _merged(self, error):
-        "(stats, sums, counts): this rank's, or every rank's merged (R factors stacked and re-factored)."
-        st = getattr(self, "stats_", None)
-        if error is None and st is None: error = ValueError("nothing to fit: call fit or partial_fit first (under torch.distributed, a rank "
-                                                          "without data calls one of them with an empty batch)")
-        probe = None
-        if error is None and world()[1] > 1 and self.dictionary_ is not None:
-            probe = self._psi(np.linspace(-1.0, 1.0, 3 * self.n_state_).reshape(3, -1))
-        parts = gather(None if error is not None else (self.stats_, self.sums_, self.counts_, probe),
-                       "EDMDc.finalize", error)
-        if len(parts) == 1: return self.stats_, self.sums_, self.counts_
-        if len({p[0][0].shape[1] for p in parts}) > 1:
-            raise ValueError("ranks have statistics of different widths (different D, D_u or dictionaries)")
-        if probe is not None and not all(np.allclose(p[3], probe, rtol=1e-12, atol=1e-12) for p in parts):
-            raise ValueError("the dictionary came out differently on different ranks: pass one fitted "
-                             "dictionary with fit_dictionary=False, or one whose fit ignores the data")
-        k = len(self.stats_)
-        if self.solver == "normal": stats = [sum(p[0][b] for p in parts) for b in range(k)]
-        else: stats = [_r_factor(np.vstack([p[0][b] for p in parts])) for b in range(k)]
-        return stats, [sum(p[1][b] for p in parts) for b in range(k)], \
-            [sum(p[2][b] for p in parts) for b in range(k)]
+    The stream equals one `fit` on all the batches. So a dictionary is fitted here only when its
+    fit does not read the data (`fit_reads_data = False`: identity, random projections, random
+    Fourier features with a given bandwidth); one that does (PCA, spectral, SAE, the median
+    heuristic, or your own class without the attribute) would see the first batch alone, and is
+    refused: fit it first on all the states and pass `fit_dictionary=False`.
 
-    # -- solving from the statistics -------------------------------------------------------------
-    def _solve_block(self, S):
-        "(K [r+D_u, r], Cᵀ [r, D] or None, basis [n_feat, r] or None) from one block's statistic."
-        f, du, D = self.n_features_, self.n_controls_, self.n_state_
-        ix, iu, iy = slice(0, f), slice(f, f + du), slice(f + du, 2 * f + du)
-        ixs = slice(2 * f + du, None)
-        if self.solver == "normal":                   # Gram G = WᵀW: the textbook normal equations
-            G = S
-            P = None
-            if self.rank is not None:
-                w, V = np.linalg.eigh(G[ix, ix]); P = V[:, ::-1][:, :self.rank]
-            Tz = np.eye(f) if P is None else P
-            Gzz = np.block([[Tz.T @ G[ix, ix] @ Tz, Tz.T @ G[ix, iu]], [G[iu, ix] @ Tz, G[iu, iu]]])
-            Gzy = np.vstack([Tz.T @ G[ix, iy] @ Tz, G[iu, iy] @ Tz])
-            K = np.linalg.solve(Gzz + self.ridge * np.eye(len(Gzz)), Gzy)
-            Ct = None
-            if self.dictionary_ is not None:
-                Ct = np.linalg.solve(Tz.T @ G[ix, ix] @ Tz, Tz.T @ G[ix, ixs])
-            return K, Ct, P
-        R = S                                          # [n, n]: rows of R stand in for the data
+    Parameters
+    ----------
+    X, Y : array or Tensor [m, D]
+    U : array or Tensor [m, D_u], or None
+
+    Returns
+    -------
+    self
+
+    Raises
+    ------
+    ValueError
+        On malformed input, a batch whose D or D_u differs from the earlier ones, or (first
+        batch) a dictionary to fit whose fit reads the data.
+    """
+    X, U, Y = _check_triples(X, U, Y)
+    d = self.dictionary
+    if not hasattr(self, "stats_") and d is not None and self.fit_dictionary \
+            and getattr(d, "fit_reads_data", True):
+        name = type(d).__name__
+        raise ValueError(f"partial_fit would fit the {name} on the first batch alone, so the stream "
+                         f"would not equal one fit on all the data: fit the dictionary first, on all "
+                         f"the states (or a large sample), then stream with it fixed, e.g. "
+                         f"EDMDc({name}(...).fit(X_all), fit_dictionary=False). A dictionary whose "
+                         f"fit reads only D can say so with the class attribute fit_reads_data = False")
+    if not hasattr(self, "stats_"):
+        self._start(X, U, Y)                      # a dictionary to fit reads D only
+    elif (U.shape[1], X.shape[1]) != (self.n_controls_, self.n_state_):
+        raise ValueError(f"batch has D={X.shape[1]}, D_u={U.shape[1]} but earlier batches had "
+                         f"D={self.n_state_}, D_u={self.n_controls_}")
+    b = self.n_batches_ % len(self.stats_)         # median-of-means: batches go round-robin
+    for s in range(0, X.shape[0], self.chunk):
+        self._update(b, self._columns(X[s:s + self.chunk], U[s:s + self.chunk], Y[s:s + self.chunk]))
+    self.n_batches_ += 1
+    return self if world()[1] > 1 else self._finalize(partial=True)
+
+
+# %% ../nbs/32_koopman.ipynb #44ddf450
+@patch
+def finalize(self: EDMDc):
+    """Solve for (A, B, C) from the statistics, merged over ranks under torch.distributed.
+
+    Returns
+    -------
+    self
+
+    Raises
+    ------
+    ValueError
+        If nothing was fitted, or the samples cannot determine the operator (see `fit`).
+    """
+    return self._finalize(None)
+
+
+# %% ../nbs/32_koopman.ipynb #10a5fc27
+@patch
+def _merged(self: EDMDc, error):
+    "(stats, sums, counts): this rank's, or every rank's merged (R factors stacked and re-factored)."
+    st = getattr(self, "stats_", None)
+    if error is None and st is None: error = ValueError("nothing to fit: call fit or partial_fit first (under torch.distributed, a rank "
+                                                      "without data calls one of them with an empty batch)")
+    probe = None
+    if error is None and world()[1] > 1 and self.dictionary_ is not None:
+        probe = self._psi(np.linspace(-1.0, 1.0, 3 * self.n_state_).reshape(3, -1))
+    parts = gather(None if error is not None else (self.stats_, self.sums_, self.counts_, probe),
+                   "EDMDc.finalize", error)
+    if len(parts) == 1: return self.stats_, self.sums_, self.counts_
+    if len({p[0][0].shape[1] for p in parts}) > 1:
+        raise ValueError("ranks have statistics of different widths (different D, D_u or dictionaries)")
+    if probe is not None and not all(np.allclose(p[3], probe, rtol=1e-12, atol=1e-12) for p in parts):
+        raise ValueError("the dictionary came out differently on different ranks: pass one fitted "
+                         "dictionary with fit_dictionary=False, or one whose fit ignores the data")
+    k = len(self.stats_)
+    if self.solver == "normal": stats = [sum(p[0][b] for p in parts) for b in range(k)]
+    else: stats = [_r_factor(np.vstack([p[0][b] for p in parts])) for b in range(k)]
+    return stats, [sum(p[1][b] for p in parts) for b in range(k)], \
+        [sum(p[2][b] for p in parts) for b in range(k)]
+
+
+# %% ../nbs/32_koopman.ipynb #f3e4b422
+@patch
+def _solve_block(self: EDMDc, S):
+    "(K [r+D_u, r], Cᵀ [r, D] or None, basis [n_feat, r] or None) from one block's statistic."
+    f, du, D = self.n_features_, self.n_controls_, self.n_state_
+    ix, iu, iy = slice(0, f), slice(f, f + du), slice(f + du, 2 * f + du)
+    ixs = slice(2 * f + du, None)
+    if self.solver == "normal":                   # Gram G = WᵀW: the textbook normal equations
+        G = S
         P = None
         if self.rank is not None:
-            P = np.linalg.svd(R[:, ix], full_matrices=False)[2][:self.rank].T    # [f, rank]
-        Rx = R[:, ix] if P is None else R[:, ix] @ P
-        Ry = R[:, iy] if P is None else R[:, iy] @ P
-        F = np.hstack([Rx, R[:, iu]])                  # [n, r + D_u]
-        if self.ridge > 0:
-            F = np.vstack([F, np.sqrt(self.ridge) * np.eye(F.shape[1])])
-            Ry = np.vstack([Ry, np.zeros((F.shape[1], Ry.shape[1]))])
-        K = sla.lstsq(F, Ry, lapack_driver="gelsy", check_finite=False)[0]
+            w, V = np.linalg.eigh(G[ix, ix]); P = V[:, ::-1][:, :self.rank]
+        Tz = np.eye(f) if P is None else P
+        Gzz = np.block([[Tz.T @ G[ix, ix] @ Tz, Tz.T @ G[ix, iu]], [G[iu, ix] @ Tz, G[iu, iu]]])
+        Gzy = np.vstack([Tz.T @ G[ix, iy] @ Tz, G[iu, iy] @ Tz])
+        K = np.linalg.solve(Gzz + self.ridge * np.eye(len(Gzz)), Gzy)
         Ct = None
         if self.dictionary_ is not None:
-            Ct = sla.lstsq(Rx, R[:, ixs], lapack_driver="gelsy", check_finite=False)[0]
+            Ct = np.linalg.solve(Tz.T @ G[ix, ix] @ Tz, Tz.T @ G[ix, ixs])
         return K, Ct, P
+    R = S                                          # [n, n]: rows of R stand in for the data
+    P = None
+    if self.rank is not None:
+        P = np.linalg.svd(R[:, ix], full_matrices=False)[2][:self.rank].T    # [f, rank]
+    Rx = R[:, ix] if P is None else R[:, ix] @ P
+    Ry = R[:, iy] if P is None else R[:, iy] @ P
+    F = np.hstack([Rx, R[:, iu]])                  # [n, r + D_u]
+    if self.ridge > 0:
+        F = np.vstack([F, np.sqrt(self.ridge) * np.eye(F.shape[1])])
+        Ry = np.vstack([Ry, np.zeros((F.shape[1], Ry.shape[1]))])
+    K = sla.lstsq(F, Ry, lapack_driver="gelsy", check_finite=False)[0]
+    Ct = None
+    if self.dictionary_ is not None:
+        Ct = sla.lstsq(Rx, R[:, ixs], lapack_driver="gelsy", check_finite=False)[0]
+    return K, Ct, P
 
-    def _needed(self) -> int:
-        "Samples per block that determine the operator: one per unknown in a row of [A B] (0 with a ridge)."
-        return 0 if self.ridge > 0 else (self.rank or self.n_features_) + self.n_controls_
 
-    def _finalize(self, error=None, partial: bool = False):
-        stats, sums, counts = self._merged(error)
-        if sum(counts) == 0: raise ValueError("no samples to fit")
-        r, need = self.rank or self.n_features_, self._needed()
-        short = [c for c in counts if 0 < c < need]
-        if short:
-            for a in ("A_", "B_", "C_", "basis_", "eigvals_", "eigvecs_", "left_eigvecs_", "modes_"):
-                if hasattr(self, a): delattr(self, a)
-            self.n_samples_seen_ = int(sum(counts))
-            if partial: return self                    # streaming: wait for more batches
-            blocks = f" in a median-of-means block of {len(counts)}" if len(counts) > 1 else ""
-            raise ValueError(f"EDMDc.fit: {min(short)} samples{blocks} cannot determine a {r}-dim operator "
-                             f"with {self.n_controls_} controls (need ≥ {need}): pass more samples, "
-                             f"ridge > 0, or a smaller rank or dictionary")
-        sols = [self._solve_block(S) for S, c in zip(stats, counts) if c > 0]
-        K, Ct, P = sols[0]
-        if len(sols) > 1:                              # median-of-means: geometric median of blocks
-            flat = np.stack([np.concatenate([k.ravel()] + ([c.ravel()] if c is not None else []))
-                             for k, c, _ in sols])
-            med = _geometric_median(flat)
-            K = med[:K.size].reshape(K.shape)
-            if Ct is not None: Ct = med[K.size:].reshape(Ct.shape)
-        self.A_ = K[:r].T.copy()                       # [r, r]
-        self.B_ = K[r:].T.copy()                       # [r, D_u]
-        if Ct is not None: self.C_ = Ct.T.copy()       # [D, r]
-        else: self.C_ = np.eye(self.n_state_) if P is None else P.copy()
-        self.basis_ = P
-        lam, W, V = sla.eig(self.A_, left=True, right=True)
-        order = np.lexsort((-lam.imag, -np.abs(lam).round(12)))
-        lam, W, V = lam[order], W[:, order], V[:, order]
-        W = W / np.conj(np.einsum("ij,ij->j", W.conj(), V))   # normalise so that w_iᴴ v_i = 1
-        self.eigvals_, self.eigvecs_, self.left_eigvecs_ = lam, V, W
-        self.modes_ = self.C_ @ V                      # [D, r]
+# %% ../nbs/32_koopman.ipynb #aa8b239b
+@patch
+def _needed(self: EDMDc) -> int:
+    "Samples per block that determine the operator: one per unknown in a row of [A B] (0 with a ridge)."
+    return 0 if self.ridge > 0 else (self.rank or self.n_features_) + self.n_controls_
+
+
+# %% ../nbs/32_koopman.ipynb #af0051dc
+@patch
+def _finalize(self: EDMDc, error=None, partial: bool = False):
+    stats, sums, counts = self._merged(error)
+    if sum(counts) == 0: raise ValueError("no samples to fit")
+    r, need = self.rank or self.n_features_, self._needed()
+    short = [c for c in counts if 0 < c < need]
+    if short:
+        for a in ("A_", "B_", "C_", "basis_", "eigvals_", "eigvecs_", "left_eigvecs_", "modes_"):
+            if hasattr(self, a): delattr(self, a)
         self.n_samples_seen_ = int(sum(counts))
-        return self
+        if partial: return self                    # streaming: wait for more batches
+        blocks = f" in a median-of-means block of {len(counts)}" if len(counts) > 1 else ""
+        raise ValueError(f"EDMDc.fit: {min(short)} samples{blocks} cannot determine a {r}-dim operator "
+                         f"with {self.n_controls_} controls (need ≥ {need}): pass more samples, "
+                         f"ridge > 0, or a smaller rank or dictionary")
+    sols = [self._solve_block(S) for S, c in zip(stats, counts) if c > 0]
+    K, Ct, P = sols[0]
+    if len(sols) > 1:                              # median-of-means: geometric median of blocks
+        flat = np.stack([np.concatenate([k.ravel()] + ([c.ravel()] if c is not None else []))
+                         for k, c, _ in sols])
+        med = _geometric_median(flat)
+        K = med[:K.size].reshape(K.shape)
+        if Ct is not None: Ct = med[K.size:].reshape(Ct.shape)
+    self.A_ = K[:r].T.copy()                       # [r, r]
+    self.B_ = K[r:].T.copy()                       # [r, D_u]
+    if Ct is not None: self.C_ = Ct.T.copy()       # [D, r]
+    else: self.C_ = np.eye(self.n_state_) if P is None else P.copy()
+    self.basis_ = P
+    self._spectrum()
+    self.n_samples_seen_ = int(sum(counts))
+    return self
 
-    # -- using a fit -----------------------------------------------------------------------------
-    def lift(self, X) -> np.ndarray:
-        """Lifted coordinates z = Ψ(X) (projected on `basis_` when `rank` is set): [M, D] → [M, r].
 
-        Parameters
-        ----------
-        X : array or Tensor [M, D]
+# %% ../nbs/32_koopman.ipynb #766e3422
+@patch
+def _spectrum(self: EDMDc):
+    "The spectrum of A_: eigvals_ by decreasing modulus, right and left eigenvectors with w_iᴴ v_i = 1, modes_ = C v_i."
+    lam, W, V = sla.eig(self.A_, left=True, right=True)
+    order = np.lexsort((-lam.imag, -np.abs(lam).round(12)))
+    lam, W, V = lam[order], W[:, order], V[:, order]
+    W = W / np.conj(np.einsum("ij,ij->j", W.conj(), V))   # normalise so that w_iᴴ v_i = 1
+    self.eigvals_, self.eigvecs_, self.left_eigvecs_ = lam, V, W
+    self.modes_ = self.C_ @ V                      # [D, r]
 
-        Returns
-        -------
-        ndarray [M, r], float64
-
-        Raises
-        ------
-        ValueError
-            If not fitted, or X is malformed.
-        """
-        self._check_fitted()
-        F = self._psi(as_acts(X, "X", vector=True).numpy())
-        return F if self.basis_ is None else F @ self.basis_
-
-    def predict(self, X, U) -> np.ndarray:
-        """One step in state space: C (A Ψ(X) + B U), [M, D] → [M, D].
-
-        Parameters
-        ----------
-        X : array or Tensor [M, D]
-        U : array or Tensor [M, D_u], or None
-
-        Returns
-        -------
-        ndarray [M, D], float64
-
-        Raises
-        ------
-        ValueError
-            If not fitted, or the input is malformed.
-        """
-        self._check_fitted()
-        X = as_acts(X, "X", vector=True).numpy()
-        U = np.zeros((X.shape[0], 0)) if U is None else as_acts(U, "U", vector=True).numpy()
-        Z = self.lift(X) @ self.A_.T + U @ self.B_.T   # [M, r]
-        return Z @ self.C_.T
-
-    def spectral_projectors(self) -> np.ndarray:
-        """The spectral projectors P_i = v_i w_iᴴ of A_: Σ P_i = I, A = Σ λ_i P_i.
-
-        Returns
-        -------
-        ndarray [r, r, r], complex128: P[i] is the projector of eigvals_[i].
-
-        Raises
-        ------
-        ValueError
-            If not fitted.
-        """
-        self._check_fitted()
-        return np.einsum("ai,bi->iab", self.eigvecs_, self.left_eigvecs_.conj())
-
-    def intervene(self, X, modes, scale: float = 0.0) -> np.ndarray:
-        """Scale modes of the lifted state and map the change back through C.
-
-        Parameters
-        ----------
-        X : array or Tensor [M, D]
-        modes : int or sequence of int
-            Indices into `eigvals_`; the conjugate of a complex mode is scaled with it.
-        scale : float, default 0
-            0 removes the modes, 1 changes nothing.
-
-        Returns
-        -------
-        ndarray [M, D], float64: X + C Σ_i (scale − 1) (w_iᴴ z) v_i.
-
-        Raises
-        ------
-        ValueError
-            If not fitted, or X is malformed.
-        """
-        self._check_fitted()
-        X = as_acts(X, "X", vector=True).numpy()
-        idx = set(np.atleast_1d(modes).tolist())
-        for i in list(idx):                            # keep the intervention real: add conjugates
-            j = int(np.argmin(np.abs(self.eigvals_ - np.conj(self.eigvals_[i]))))
-            idx.add(j)
-        idx = sorted(idx)
-        Z = self.lift(X)                               # [M, r]
-        coef = Z @ self.left_eigvecs_[:, idx].conj()   # [M, k]  eigen-coordinates w_iᴴ z
-        dZ = (scale - 1.0) * (coef @ self.eigvecs_[:, idx].T).real     # [M, r]
-        return X + dZ @ self.C_.T
 
 # %% ../nbs/32_koopman.ipynb #9c9aad47
 def linear_control_system(n: int = 500, noise: float = 0.0, seed: int = 0, noise_dist: str = "gaussian",
@@ -502,6 +448,55 @@ def linear_control_system(n: int = 500, noise: float = 0.0, seed: int = 0, noise
     Y = X @ A.T + U @ B.T + noise * E               # [M, D]
     return A, B, X, U, Y
 
+# %% ../nbs/32_koopman.ipynb #26b29dd0
+@patch
+def lift(self: EDMDc, X) -> np.ndarray:
+    """Lifted coordinates z = Ψ(X) (projected on `basis_` when `rank` is set): [M, D] → [M, r].
+
+    Parameters
+    ----------
+    X : array or Tensor [M, D]
+
+    Returns
+    -------
+    ndarray [M, r], float64
+
+    Raises
+    ------
+    ValueError
+        If not fitted, or X is malformed.
+    """
+    self._check_fitted("lift")
+    F = self._psi(as_acts(X, "X", vector=True).numpy())
+    return F if self.basis_ is None else F @ self.basis_
+
+
+# %% ../nbs/32_koopman.ipynb #c36b7daa
+@patch
+def predict(self: EDMDc, X, U) -> np.ndarray:
+    """One step in state space: C (A Ψ(X) + B U), [M, D] → [M, D].
+
+    Parameters
+    ----------
+    X : array or Tensor [M, D]
+    U : array or Tensor [M, D_u], or None
+
+    Returns
+    -------
+    ndarray [M, D], float64
+
+    Raises
+    ------
+    ValueError
+        If not fitted, or the input is malformed.
+    """
+    self._check_fitted("predict")
+    X = as_acts(X, "X", vector=True).numpy()
+    U = np.zeros((X.shape[0], 0)) if U is None else as_acts(U, "U", vector=True).numpy()
+    Z = self.lift(X) @ self.A_.T + U @ self.B_.T   # [M, r]
+    return Z @ self.C_.T
+
+
 # %% ../nbs/32_koopman.ipynb #4a71848e
 def excess_kurtosis(X) -> np.ndarray:
     """Excess kurtosis E[(x − μ)⁴] / σ⁴ − 3 of each column (0 for a Gaussian; large for heavy tails).
@@ -524,4 +519,57 @@ def excess_kurtosis(X) -> np.ndarray:
     m2, m4 = (Xc ** 2).mean(0), (Xc ** 4).mean(0)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(m2 > 0, m4 / np.where(m2 > 0, m2, 1.0) ** 2 - 3.0, np.nan)
+
+
+# %% ../nbs/32_koopman.ipynb #04bc255d
+@patch
+def spectral_projectors(self: EDMDc) -> np.ndarray:
+    """The spectral projectors P_i = v_i w_iᴴ of A_: Σ P_i = I, A = Σ λ_i P_i.
+
+    Returns
+    -------
+    ndarray [r, r, r], complex128: P[i] is the projector of eigvals_[i].
+
+    Raises
+    ------
+    ValueError
+        If not fitted.
+    """
+    self._check_fitted("spectral_projectors")
+    return np.einsum("ai,bi->iab", self.eigvecs_, self.left_eigvecs_.conj())
+
+
+# %% ../nbs/32_koopman.ipynb #0918b9b7
+@patch
+def intervene(self: EDMDc, X, modes, scale: float = 0.0) -> np.ndarray:
+    """Scale modes of the lifted state and map the change back through C.
+
+    Parameters
+    ----------
+    X : array or Tensor [M, D]
+    modes : int or sequence of int
+        Indices into `eigvals_`; the conjugate of a complex mode is scaled with it.
+    scale : float, default 0
+        0 removes the modes, 1 changes nothing.
+
+    Returns
+    -------
+    ndarray [M, D], float64: X + C Σ_i (scale − 1) (w_iᴴ z) v_i.
+
+    Raises
+    ------
+    ValueError
+        If not fitted, or X is malformed.
+    """
+    self._check_fitted("intervene")
+    X = as_acts(X, "X", vector=True).numpy()
+    idx = set(np.atleast_1d(modes).tolist())
+    for i in list(idx):                            # keep the intervention real: add conjugates
+        j = int(np.argmin(np.abs(self.eigvals_ - np.conj(self.eigvals_[i]))))
+        idx.add(j)
+    idx = sorted(idx)
+    Z = self.lift(X)                               # [M, r]
+    coef = Z @ self.left_eigvecs_[:, idx].conj()   # [M, k]  eigen-coordinates w_iᴴ z
+    dZ = (scale - 1.0) * (coef @ self.eigvecs_[:, idx].T).real     # [M, r]
+    return X + dZ @ self.C_.T
 

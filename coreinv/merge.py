@@ -17,7 +17,7 @@ from .train import HookedTransformer
 # %% auto #0
 __all__ = ['fold_layernorm', 'rotate_residual', 'interpolate', 'core_aligned_rotation']
 
-# %% ../nbs/14_merge.ipynb #c594ad6c
+# %% ../nbs/14_merge.ipynb #7cf1e88a
 _READERS = ("W_Q", "W_K", "W_V", "W_in", "W_U")          # d_model axis is the one before the last
 _WRITERS = ("W_E", "W_pos", "W_O", "b_O", "W_out", "b_out")  # d_model axis is the last
 _UNTOUCHED = ("b_Q", "b_K", "b_V", "b_in", "b_U")            # no d_model axis
@@ -29,6 +29,7 @@ def _check_hooked(model, what: str):
         raise ValueError(f"{what} edits HookedTransformer weights (W_Q, W_in, ...), got a "
                          f"{type(model).__name__}: load the model with "
                          f"coreinv.models.load_local(path, route='hooked')")
+
 
 
 def fold_layernorm(model: HookedTransformer) -> HookedTransformer:
@@ -59,6 +60,7 @@ def fold_layernorm(model: HookedTransformer) -> HookedTransformer:
     return out
 
 
+# %% ../nbs/14_merge.ipynb #cabc526c
 def rotate_residual(model: HookedTransformer, R: Tensor, atol: float = 1e-5) -> HookedTransformer:
     """A copy of `model` whose residual stream is R h: readers W ↦ R W, writers W ↦ W Rᵀ (same function).
 
@@ -111,6 +113,7 @@ def rotate_residual(model: HookedTransformer, R: Tensor, atol: float = 1e-5) -> 
     return out
 
 
+# %% ../nbs/14_merge.ipynb #08c248ef
 def interpolate(a: torch.nn.Module, b: torch.nn.Module, alpha: float) -> torch.nn.Module:
     """A copy of `a` with parameters (1 − alpha)·θ_a + alpha·θ_b.
 
@@ -139,6 +142,7 @@ def interpolate(a: torch.nn.Module, b: torch.nn.Module, alpha: float) -> torch.n
         for name, p in out.named_parameters():
             p.copy_((1 - alpha) * pa[name] + alpha * pb[name])
     return out
+
 
 # %% ../nbs/14_merge.ipynb #0bdfb86f
 def _complement(U: Tensor) -> Tensor:

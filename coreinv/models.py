@@ -19,7 +19,7 @@ from .runtime import device as _device
 
 # %% auto #0
 __all__ = ['CONFIG_FILE', 'WEIGHT_FILES', 'ARCHS', 'SPECIAL_TOKENS', 'ROUTES', 'HOOKED_ARCHITECTURES', 'TOKENIZER_FILES',
-           'tiny_tokenizer', 'tiny_local_model', 'load_local', 'last_position']
+           'bpe_tokenizer', 'tiny_tokenizer', 'tiny_local_model', 'load_local', 'last_position']
 
 # %% ../nbs/40_models.ipynb #04e12a22
 CONFIG_FILE = "config.json"
@@ -59,7 +59,7 @@ def _quiet_transformers():
         hf_logging.set_verbosity(level)
         if bars: hf_logging.enable_progress_bar()
 
-# %% ../nbs/40_models.ipynb #e3cd34e7
+# %% ../nbs/40_models.ipynb #8ae930d5
 ARCHS = ("gpt2", "llama", "qwen2")
 SPECIAL_TOKENS = ("<unk>", "<bos>", "<eos>")
 _CORPUS = ("the cat sat on the mat . a dog ran to the park and the cat ran after it . "
@@ -67,8 +67,34 @@ _CORPUS = ("the cat sat on the mat . a dog ran to the park and the cat ran after
            "she said that he was here , then they went home . is it big or small ? yes no maybe")
 
 
+def bpe_tokenizer(texts: list[str], vocab_size: int):
+    """A byte-level BPE tokenizer (GPT-2's and Qwen2's kind) trained on `texts`: the library's one BPE trainer.
+
+    Parameters
+    ----------
+    texts : list of str
+        The training text.
+    vocab_size : int
+        Target size: the 256 byte tokens, <unk>, <bos>, <eos>, then merges (fewer if the text runs out).
+
+    Returns
+    -------
+    transformers.PreTrainedTokenizerFast, deterministic for the same texts.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+    tok = Tokenizer(models.BPE(unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS),
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(texts, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<bos>",
+                                   eos_token="<eos>")
+
+
 def tiny_tokenizer(vocab_size: int = 320):
-    """A byte-level BPE tokenizer (GPT-2's and Qwen2's kind) trained on a few built-in sentences.
+    """`bpe_tokenizer` trained on a few built-in sentences: the tokenizer of the tiny test models.
 
     Parameters
     ----------
@@ -79,18 +105,10 @@ def tiny_tokenizer(vocab_size: int = 320):
     -------
     transformers.PreTrainedTokenizerFast, deterministic (the same ids on every call).
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-    tok = Tokenizer(models.BPE(unk_token=None))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS),
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tok.train_from_iterator([_CORPUS], trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<bos>",
-                                   eos_token="<eos>")
+    return bpe_tokenizer([_CORPUS], vocab_size)
 
 
+# %% ../nbs/40_models.ipynb #66ce035f
 def _hf_config(arch: str, V: int, n_layers: int, d_model: int, n_heads: int, d_mlp: int, n_ctx: int):
     from transformers import GPT2Config, LlamaConfig, Qwen2Config
     ids = dict(bos_token_id=1, eos_token_id=2)
@@ -103,6 +121,7 @@ def _hf_config(arch: str, V: int, n_layers: int, d_model: int, n_heads: int, d_m
     # Llama and Qwen2: RMSNorm, rotary positions, gated SiLU MLP, grouped-query attention (2 query
     # heads per key/value head); Qwen2 adds biases to q, k, v.
     return LlamaConfig(**common) if arch == "llama" else Qwen2Config(**common)
+
 
 
 def tiny_local_model(arch: str, path, *, n_layers: int = 2, d_model: int = 32, n_heads: int = 4,
@@ -150,7 +169,8 @@ def tiny_local_model(arch: str, path, *, n_layers: int = 2, d_model: int = 32, n
         tok.save_pretrained(folder)
     return folder
 
-# %% ../nbs/40_models.ipynb #e07c14e6
+
+# %% ../nbs/40_models.ipynb #cab79e21
 ROUTES = ("bridge", "hooked")
 HOOKED_ARCHITECTURES = (
     "GPT2LMHeadModel", "GPTNeoForCausalLM", "GPTJForCausalLM", "GPTNeoXForCausalLM", "OPTForCausalLM",
@@ -200,6 +220,7 @@ def _resid_mid_out(hook_out: nn.Module, args: tuple):
     return None if delta is None else (args[0] + delta, *args[1:])
 
 
+# %% ../nbs/40_models.ipynb #f3d3eef8
 def _resid_mid_on_the_stream(bridge: nn.Module) -> nn.Module:
     "Give each sequential block a real `hook_resid_mid` point: writes reach the MLP *and* the residual."
     from transformer_lens.hook_points import HookPoint
@@ -222,6 +243,7 @@ def _resid_mid_on_the_stream(bridge: nn.Module) -> nn.Module:
     return bridge
 
 
+# %% ../nbs/40_models.ipynb #02a3a321
 def _update_kv_cache(self, k: torch.Tensor, v: torch.Tensor, **kwargs):
     "An attention bridge's KV-cache update that also finds the cache under transformers 5's name, `cache`."
     if kwargs.get("past_key_values") is None and kwargs.get("cache") is not None:
@@ -265,6 +287,7 @@ def _load_bridge(folder: Path, dev: torch.device, dtype: torch.dtype):
     return _kv_cache_under_its_new_name(_resid_mid_on_the_stream(bridge))
 
 
+# %% ../nbs/40_models.ipynb #cae60cd2
 def _load_hooked(folder: Path, config: dict, dev: torch.device, dtype: torch.dtype):
     from transformer_lens import HookedTransformer
     from transformer_lens.loading_from_pretrained import get_pretrained_model_config, get_pretrained_state_dict
@@ -301,6 +324,7 @@ def _load_hooked(folder: Path, config: dict, dev: torch.device, dtype: torch.dty
         raise ValueError(f"route='hooked': the converted weights of {str(folder)!r} do not fit "
                          f"TransformerLens's {arch} layout ({e}). Use route='bridge'") from e
     return (model if tok is not None else _no_text(model, folder)).eval()
+
 
 # %% ../nbs/40_models.ipynb #5dc120d7
 def load_local(path, *, route: str = "bridge", device: str | torch.device | None = None,

@@ -59,7 +59,7 @@ def preset_name(name: str | None = None) -> str:
                          f"(set ${PRESET_ENV})")
     return name
 
-# %% ../nbs/00_presets.ipynb #09a3e601
+# %% ../nbs/00_presets.ipynb #4173c2b2
 class Sizes(Mapping):
     """A chapter's sizes at one preset: a read-only mapping with attribute access.
 
@@ -101,6 +101,7 @@ class Sizes(Mapping):
         return f"Sizes({self.chapter!r}, preset={self.preset!r})\n{rows}"
 
 
+# %% ../nbs/00_presets.ipynb #ff075f6b
 class Presets:
     """A chapter's sizes at the `ci`, `book` and `paper` presets (the same keys in each).
 

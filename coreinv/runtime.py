@@ -9,12 +9,16 @@ import multiprocessing
 import os
 import platform
 import sys
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 import torch
 
 # %% auto #0
-__all__ = ['DEVICE_ENV', 'CACHE_ENV', 'PRELOAD', 'device', 'has_gpu', 'machine', 'cache_dir', 'worker_context', 'start_worker']
+__all__ = ['DEVICE_ENV', 'CACHE_ENV', 'PRELOAD', 'device', 'has_gpu', 'machine', 'cache_dir', 'atomic_write', 'worker_context',
+           'start_worker']
 
 # %% ../nbs/04_runtime.ipynb #dfed8e71
 DEVICE_ENV = "COREINV_DEVICE"
@@ -99,6 +103,39 @@ def cache_dir(*parts: str) -> Path:
         xdg = os.environ.get("XDG_CACHE_HOME")
         root = Path(xdg) / "coreinv" if xdg else Path.home() / ".cache" / "coreinv"
     return Path(root).expanduser().joinpath(*parts)
+
+# %% ../nbs/04_runtime.ipynb #e019df0c
+def atomic_write(path: Path | str, write: Callable[[BinaryIO], None]) -> Path:
+    """Write `path` through `write(file)` into a temporary file beside it, then rename it into place.
+
+    Parameters
+    ----------
+    path : Path or str
+        The file to write; its folder is created if missing.
+    write : callable (binary file) -> None
+        Writes the content, e.g. `lambda f: torch.save(obj, f)` or `lambda f: f.write(text.encode())`.
+
+    Returns
+    -------
+    Path
+        `path`.
+
+    Raises
+    ------
+    Exception
+        Whatever `write` raises; the old file is then left as it was and no temporary remains.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f"{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
 
 # %% ../nbs/04_runtime.ipynb #c93a5d17
 # Installed packages a fork server may import once for all workers (those of them the caller has imported).

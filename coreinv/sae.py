@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from fastcore.basics import patch
 from torch import Tensor, nn
 from tqdm import tqdm
 
@@ -16,10 +17,10 @@ from .base import Estimator, as_acts
 from .hooks import replace_activation
 
 # %% auto #0
-__all__ = ['SAEConfig', 'SAE', 'auxk_loss', 'SparseAutoencoder', 'invariance_penalty', 'sae_metrics', 'train_sae',
+__all__ = ['SAEConfig', 'SAE', 'auxk_loss', 'SparseAutoencoder', 'sae_metrics', 'invariance_penalty', 'train_sae',
            'ce_loss_recovered', 'FeatureMatch', 'match_features']
 
-# %% ../nbs/33_sae.ipynb #477a987d
+# %% ../nbs/33_sae.ipynb #fc718338
 @dataclass
 class SAEConfig:
     """The shape of an SAE, under sae-lens's names (an `SAE`'s `cfg`).
@@ -47,6 +48,7 @@ def _topk(pre: Tensor, k: int) -> Tensor:
     return torch.zeros_like(pre).scatter(-1, i, torch.relu(v))
 
 
+# %% ../nbs/33_sae.ipynb #a01c64cd
 class SAE(nn.Module):
     """A sparse autoencoder with sae-lens's parameter names: ReLU (Bricken et al.) or TopK (Gao et al.).
 
@@ -95,30 +97,42 @@ class SAE(nn.Module):
     @property
     def device(self) -> torch.device: return self.W_dec.device
 
-    def pre_acts(self, x: Tensor) -> Tensor:
-        "(x − b_dec) W_enc + b_enc: [..., d_in] → [..., d_sae]."
-        return (x - self.b_dec) @ self.W_enc + self.b_enc
-
-    def activation(self, pre: Tensor) -> Tensor:
-        "ReLU, or TopK then ReLU: [..., d_sae] → [..., d_sae]."
-        return torch.relu(pre) if self.cfg.architecture == "relu" else _topk(pre, self.cfg.k)
-
-    def encode(self, x: Tensor) -> Tensor:
-        "The latents f(x): [..., d_in] → [..., d_sae]."
-        return self.activation(self.pre_acts(x))
-
-    def decode(self, f: Tensor) -> Tensor:
-        "The reconstruction x̂ = f W_dec + b_dec: [..., d_sae] → [..., d_in]."
-        return f @ self.W_dec + self.b_dec
-
-    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        "(x̂, f) for x [..., d_in]."
-        f = self.encode(x)
-        return self.decode(f), f
-
     def extra_repr(self) -> str:
         k = f", k={self.cfg.k}" if self.cfg.k is not None else ""
         return f"d_in={self.cfg.d_in}, d_sae={self.cfg.d_sae}, kind={self.cfg.architecture!r}{k}"
+
+
+# %% ../nbs/33_sae.ipynb #12f8e2a3
+@patch
+def pre_acts(self: SAE, x: Tensor) -> Tensor:
+    "(x − b_dec) W_enc + b_enc: [..., d_in] → [..., d_sae]."
+    return (x - self.b_dec) @ self.W_enc + self.b_enc
+
+
+@patch
+def activation(self: SAE, pre: Tensor) -> Tensor:
+    "ReLU, or TopK then ReLU: [..., d_sae] → [..., d_sae]."
+    return torch.relu(pre) if self.cfg.architecture == "relu" else _topk(pre, self.cfg.k)
+
+
+@patch
+def encode(self: SAE, x: Tensor) -> Tensor:
+    "The latents f(x): [..., d_in] → [..., d_sae]."
+    return self.activation(self.pre_acts(x))
+
+
+@patch
+def decode(self: SAE, f: Tensor) -> Tensor:
+    "The reconstruction x̂ = f W_dec + b_dec: [..., d_sae] → [..., d_in]."
+    return f @ self.W_dec + self.b_dec
+
+
+@patch
+def forward(self: SAE, x: Tensor) -> tuple[Tensor, Tensor]:
+    "(x̂, f) for x [..., d_in]."
+    f = self.encode(x)
+    return self.decode(f), f
+
 
 # %% ../nbs/33_sae.ipynb #1e2728d6
 def auxk_loss(pre: Tensor, residual: Tensor, W_dec: Tensor, dead: Tensor, k_aux: int,
@@ -152,7 +166,7 @@ def auxk_loss(pre: Tensor, residual: Tensor, W_dec: Tensor, dead: Tensor, k_aux:
     z = torch.zeros_like(pre).scatter(-1, i, torch.relu(v))             # [batch, d_sae]
     return (z @ W_dec - residual).pow(2).sum() / total_variance
 
-# %% ../nbs/33_sae.ipynb #1ab801f8
+# %% ../nbs/33_sae.ipynb #5facbc40
 class SparseAutoencoder(Estimator):
     """Train a ReLU + L1 (Bricken et al. 2023) or TopK + AuxK (Gao et al. 2024) sparse autoencoder.
 
@@ -206,6 +220,8 @@ class SparseAutoencoder(Estimator):
     history_ : dict of per-step arrays: loss, mse, aux, l0, dead_fraction, decoder_norm_error,
         invariance (the batch's relative invariance residual; 0 when λ = 0)
     """
+    _fitted_attr = "sae_"
+
     def __init__(self, kind: str = "topk", expansion_factor: int = 4, d_sae: int | None = None,
                  k: int | None = None, l1_coefficient: float = 0.1, steps: int = 1000,
                  batch_size: int = 256, lr: float = 1e-2, dead_window: int = 200,
@@ -221,159 +237,114 @@ class SparseAutoencoder(Estimator):
         self.invariance_sample, self.invariance_ridge = invariance_sample, invariance_ridge
         self.progress = progress
 
-    def _check_params(self):
-        if self.kind not in ("relu", "topk"): raise ValueError(f"kind must be 'relu' or 'topk', got {self.kind!r}")
-        for name in ("expansion_factor", "steps", "batch_size", "dead_window", "invariance_every",
-                     "invariance_sample"):
-            v = getattr(self, name)
-            if not (isinstance(v, int) and v >= 1): raise ValueError(f"{name} must be a positive int, got {v!r}")
-        for name in ("d_sae", "k", "aux_k", "resample_every"):
-            v = getattr(self, name)
-            if v is not None and not (isinstance(v, int) and v >= 1):
-                raise ValueError(f"{name} must be a positive int or None, got {v!r}")
-        if not self.lr > 0: raise ValueError(f"lr must be > 0, got {self.lr!r}")
-        if self.l1_coefficient < 0 or self.aux_coefficient < 0:
-            raise ValueError("l1_coefficient and aux_coefficient must be ≥ 0")
-        if not (self.invariance >= 0 and self.invariance_ridge >= 0):
-            raise ValueError(f"invariance and invariance_ridge must be ≥ 0, got {self.invariance!r} and "
-                             f"{self.invariance_ridge!r}")
 
-    def fit(self, X, U=None, Y=None, init: SAE | None = None) -> "SparseAutoencoder":
-        """Train on the activations X [n, d_in] (with the dynamics U, Y when `invariance` > 0).
-
-        Parameters
-        ----------
-        X : Tensor or array [n, d_in], floating point
-        U : Tensor or array [n, d_u], or None
-            Controls (attention writes) paired with X; read only when `invariance` > 0.
-        Y : Tensor or array [n, d_in], or None
-            Next states paired with X; required when `invariance` > 0.
-        init : `SAE` or None
-            Start from a copy of this SAE (it is not modified) instead of a fresh one.
-
-        Returns
-        -------
-        self
-
-        Raises
-        ------
-        ValueError
-            If X is not a finite 2-D float matrix, has no variance, `init` has another width or
-            kind, a parameter is out of range, or `invariance` > 0 without Y (or with U, Y not
-            paired with X).
-        """
-        self._reset()
-        self._check_params()
-        X = as_acts(X, "X", min_samples=2, float64=False).to(self.device, self.dtype)  # [n, d_in]
-        n, d_in = X.shape
-        dyn = None
-        if self.invariance > 0:
-            if Y is None:
-                raise ValueError("invariance > 0 needs the dynamics: call fit(X, U, Y) with the next states Y "
-                                 "(and the controls U, or None)")
-            Yt = as_acts(Y, "Y", min_samples=2, float64=False).to(self.device, self.dtype)
-            Ut = (torch.zeros(n, 0, dtype=self.dtype, device=self.device) if U is None else
-                  as_acts(U, "U", min_samples=2, float64=False).to(self.device, self.dtype))
-            if Yt.shape != X.shape or len(Ut) != n:
-                raise ValueError(f"U, Y must be paired with X: X {tuple(X.shape)}, U {tuple(Ut.shape)}, "
-                                 f"Y {tuple(Yt.shape)}")
-            dyn = (Ut, Yt)
-        d_sae = self.d_sae or self.expansion_factor * d_in
-        k = (self.k or max(1, d_in // 4)) if self.kind == "topk" else None
-        if k is not None and k > d_sae: raise ValueError(f"k={k} is more than d_sae={d_sae}")
-        if init is not None:
-            if not isinstance(init, SAE): raise ValueError(f"init must be a coreinv SAE, got {type(init).__name__}")
-            if (init.cfg.d_in, init.cfg.d_sae, init.cfg.architecture) != (d_in, d_sae, self.kind):
-                raise ValueError(f"init has d_in={init.cfg.d_in}, d_sae={init.cfg.d_sae}, kind="
-                                 f"{init.cfg.architecture!r}, but X has d_in={d_in} and this estimator "
-                                 f"wants d_sae={d_sae}, kind={self.kind!r}")
-        scale = float((X - X.mean(0)).pow(2).sum(1).mean().sqrt())
-        if not scale > 0: raise ValueError("X has zero variance (all rows equal): nothing to encode")
-        Xs = X / scale                                                   # [n, d_in], unit RMS norm
-        if init is None:
-            sae = SAE(d_in, d_sae, self.seed, self.kind, k, self.dtype).to(self.device)
-            with torch.no_grad(): sae.b_dec.copy_(Xs.mean(0))
-        else:
-            sae = SAE(d_in, d_sae, self.seed, self.kind, init.cfg.k, self.dtype).to(self.device)
-            with torch.no_grad():
-                sae.load_state_dict(init.state_dict())
-                sae.b_enc.div_(scale); sae.b_dec.div_(scale)             # into the scaled units
-        if dyn is not None: dyn = (dyn[0] / scale, dyn[1] / scale)        # the same units as Xs
-        hist, n_res = _train(sae, Xs, self, np.random.SeedSequence(self.seed), dyn)
-        with torch.no_grad(): sae.b_enc.mul_(scale); sae.b_dec.mul_(scale)   # back to raw inputs
-        sae.requires_grad_(False).eval()
-        self.sae_, self.scale_, self.d_sae_, self.k_ = sae, scale, d_sae, k
-        self.n_features_in_, self.n_tokens_, self.n_resampled_ = d_in, self.steps * self.batch_size, n_res
-        self.history_ = hist
-        return self
-
-    def _check_fitted(self):
-        if not hasattr(self, "sae_"):
-            raise ValueError(f"this {type(self).__name__} is not fitted yet: call fit first")
-
-    def encode(self, X) -> Tensor:
-        """The latents of X [..., d_in] → Tensor [..., d_sae], in the SAE's dtype (no gradient).
-
-        Raises
-        ------
-        ValueError
-            If not fitted, or X's last dimension is not d_in.
-        """
-        self._check_fitted()
-        X = torch.as_tensor(X).to(self.sae_.device, self.sae_.dtype)
-        if X.shape[-1] != self.n_features_in_:
-            raise ValueError(f"the SAE reads d_in={self.n_features_in_}, got input of shape {tuple(X.shape)}")
-        with torch.no_grad(): return self.sae_.encode(X)
-
-    def decode(self, F) -> Tensor:
-        "The reconstruction of latents F [..., d_sae] → Tensor [..., d_in]."
-        self._check_fitted()
-        F = torch.as_tensor(F).to(self.sae_.device, self.sae_.dtype)
-        if F.shape[-1] != self.d_sae_:
-            raise ValueError(f"the SAE has d_sae={self.d_sae_} latents, got input of shape {tuple(F.shape)}")
-        with torch.no_grad(): return self.sae_.decode(F)
-
-    def __repr__(self):
-        keys = ["kind", "d_sae" if self.d_sae else "expansion_factor"]
-        keys += ["k"] if self.kind == "topk" else ["l1_coefficient"]
-        keys += ["steps", "seed"] + (["invariance"] if self.invariance else [])
-        fitted = f", d_sae_={self.d_sae_}" if hasattr(self, "d_sae_") else ""
-        return f"SparseAutoencoder({', '.join(f'{k}={getattr(self, k)!r}' for k in keys)}{fitted})"
+# %% ../nbs/33_sae.ipynb #525d5047
+@patch
+def _check_params(self: SparseAutoencoder):
+    if self.kind not in ("relu", "topk"): raise ValueError(f"kind must be 'relu' or 'topk', got {self.kind!r}")
+    for name in ("expansion_factor", "steps", "batch_size", "dead_window", "invariance_every",
+                 "invariance_sample"):
+        v = getattr(self, name)
+        if not (isinstance(v, int) and v >= 1): raise ValueError(f"{name} must be a positive int, got {v!r}")
+    for name in ("d_sae", "k", "aux_k", "resample_every"):
+        v = getattr(self, name)
+        if v is not None and not (isinstance(v, int) and v >= 1):
+            raise ValueError(f"{name} must be a positive int or None, got {v!r}")
+    if not self.lr > 0: raise ValueError(f"lr must be > 0, got {self.lr!r}")
+    if self.l1_coefficient < 0 or self.aux_coefficient < 0:
+        raise ValueError("l1_coefficient and aux_coefficient must be ≥ 0")
+    if not (self.invariance >= 0 and self.invariance_ridge >= 0):
+        raise ValueError(f"invariance and invariance_ridge must be ≥ 0, got {self.invariance!r} and "
+                         f"{self.invariance_ridge!r}")
 
 
-def _refit_operator(sae: SAE, Xs: Tensor, U: Tensor, Y: Tensor, idx: Tensor, ridge: float) -> Tensor:
-    "Ridge least squares K [d_sae + d_u + 1, d_sae] of f(y) on [f(x), u, 1] over the rows idx (no gradient)."
-    with torch.no_grad():
-        Z = torch.cat([sae.encode(Xs[idx]), U[idx], torch.ones(len(idx), 1, dtype=Xs.dtype,
-                                                               device=Xs.device)], 1).double()  # [m, p]
-        F = sae.encode(Y[idx]).double()                                  # [m, d_sae]
-        G = Z.T @ Z
-        lam = ridge * G.diagonal().mean().clamp_min(1e-12)
-        K = torch.linalg.solve(G + lam * torch.eye(len(G), dtype=G.dtype, device=G.device), Z.T @ F)
-    return K.to(Xs.dtype)                                                # [p, d_sae]
+# %% ../nbs/33_sae.ipynb #64199bfc
+@patch
+def _dynamics(self: SparseAutoencoder, X: Tensor, U, Y) -> tuple[Tensor, Tensor] | None:
+    "The dynamics (U [n, d_u], Y [n, d_in]) paired with X, validated, when `invariance` > 0; else None."
+    if not self.invariance > 0: return None
+    n = X.shape[0]
+    if Y is None:
+        raise ValueError("invariance > 0 needs the dynamics: call fit(X, U, Y) with the next states Y "
+                         "(and the controls U, or None)")
+    Yt = as_acts(Y, "Y", min_samples=2, float64=False).to(self.device, self.dtype)
+    Ut = (torch.zeros(n, 0, dtype=self.dtype, device=self.device) if U is None else
+          as_acts(U, "U", min_samples=2, float64=False).to(self.device, self.dtype))
+    if Yt.shape != X.shape or len(Ut) != n:
+        raise ValueError(f"U, Y must be paired with X: X {tuple(X.shape)}, U {tuple(Ut.shape)}, "
+                         f"Y {tuple(Yt.shape)}")
+    return Ut, Yt
+
+@patch
+def _first_sae(self: SparseAutoencoder, Xs: Tensor, d_sae: int, k: int | None, init, scale: float) -> SAE:
+    "The SAE training starts from: fresh (b_dec at the scaled data's mean), or a copy of `init` in the scaled units."
+    d_in = Xs.shape[1]
+    if init is None:
+        sae = SAE(d_in, d_sae, self.seed, self.kind, k, self.dtype).to(self.device)
+        with torch.no_grad(): sae.b_dec.copy_(Xs.mean(0))
+    else:
+        sae = SAE(d_in, d_sae, self.seed, self.kind, init.cfg.k, self.dtype).to(self.device)
+        with torch.no_grad():
+            sae.load_state_dict(init.state_dict())
+            sae.b_enc.div_(scale); sae.b_dec.div_(scale)             # into the scaled units
+    return sae
 
 
-def invariance_penalty(fx: Tensor, u: Tensor, fy: Tensor, K: Tensor) -> Tensor:
-    """The relative invariance residual of a batch: ‖f(y) − [f(x), u, 1] K‖² / ‖f(y) − mean f(y)‖².
+# %% ../nbs/33_sae.ipynb #a91f5534
+@patch
+def fit(self: SparseAutoencoder, X, U=None, Y=None, init: SAE | None = None) -> "SparseAutoencoder":
+    """Train on the activations X [n, d_in] (with the dynamics U, Y when `invariance` > 0).
 
     Parameters
     ----------
-    fx, fy : Tensor [batch, d_sae]
-        Latents of the states and of the next states.
-    u : Tensor [batch, d_u]
-        Controls (d_u may be 0).
-    K : Tensor [d_sae + d_u + 1, d_sae]
-        The stacked operator [A B c]ᵀ.
+    X : Tensor or array [n, d_in], floating point
+    U : Tensor or array [n, d_u], or None
+        Controls (attention writes) paired with X; read only when `invariance` > 0.
+    Y : Tensor or array [n, d_in], or None
+        Next states paired with X; required when `invariance` > 0.
+    init : `SAE` or None
+        Start from a copy of this SAE (it is not modified) instead of a fresh one.
 
     Returns
     -------
-    Tensor [] (differentiable in fx and fy), ≥ 0; 0 when span f is closed under the dynamics.
+    self
+
+    Raises
+    ------
+    ValueError
+        If X is not a finite 2-D float matrix, has no variance, `init` has another width or
+        kind, a parameter is out of range, or `invariance` > 0 without Y (or with U, Y not
+        paired with X).
     """
-    Z = torch.cat([fx, u, torch.ones(len(fx), 1, dtype=fx.dtype, device=fx.device)], 1)   # [batch, p]
-    den = (fy - fy.mean(0)).pow(2).sum().clamp_min(1e-12)
-    return (fy - Z @ K).pow(2).sum() / den
+    self._reset()
+    self._check_params()
+    X = as_acts(X, "X", min_samples=2, float64=False).to(self.device, self.dtype)  # [n, d_in]
+    n, d_in = X.shape
+    dyn = self._dynamics(X, U, Y)                                    # (U, Y) or None
+    d_sae = self.d_sae or self.expansion_factor * d_in
+    k = (self.k or max(1, d_in // 4)) if self.kind == "topk" else None
+    if k is not None and k > d_sae: raise ValueError(f"k={k} is more than d_sae={d_sae}")
+    if init is not None:
+        if not isinstance(init, SAE): raise ValueError(f"init must be a coreinv SAE, got {type(init).__name__}")
+        if (init.cfg.d_in, init.cfg.d_sae, init.cfg.architecture) != (d_in, d_sae, self.kind):
+            raise ValueError(f"init has d_in={init.cfg.d_in}, d_sae={init.cfg.d_sae}, kind="
+                             f"{init.cfg.architecture!r}, but X has d_in={d_in} and this estimator "
+                             f"wants d_sae={d_sae}, kind={self.kind!r}")
+    scale = float((X - X.mean(0)).pow(2).sum(1).mean().sqrt())
+    if not scale > 0: raise ValueError("X has zero variance (all rows equal): nothing to encode")
+    Xs = X / scale                                                   # [n, d_in], unit RMS norm
+    sae = self._first_sae(Xs, d_sae, k, init, scale)
+    if dyn is not None: dyn = (dyn[0] / scale, dyn[1] / scale)        # the same units as Xs
+    hist, n_res = _train(sae, Xs, self, np.random.SeedSequence(self.seed), dyn)
+    with torch.no_grad(): sae.b_enc.mul_(scale); sae.b_dec.mul_(scale)   # back to raw inputs
+    sae.requires_grad_(False).eval()
+    self.sae_, self.scale_, self.d_sae_, self.k_ = sae, scale, d_sae, k
+    self.n_features_in_, self.n_tokens_, self.n_resampled_ = d_in, self.steps * self.batch_size, n_res
+    self.history_ = hist
+    return self
 
 
+# %% ../nbs/33_sae.ipynb #d085d176
 def _train(sae: SAE, Xs: Tensor, p: SparseAutoencoder, ss, dyn=None) -> tuple[dict, int]:
     "The training loop of `SparseAutoencoder.fit` on the scaled inputs Xs [n, d_in]; returns (history, resampled)."
     g = torch.Generator().manual_seed(int(ss.generate_state(1)[0]))
@@ -428,6 +399,7 @@ def _train(sae: SAE, Xs: Tensor, p: SparseAutoencoder, ss, dyn=None) -> tuple[di
     return H, n_res
 
 
+# %% ../nbs/33_sae.ipynb #59be3838
 def _resample(sae: SAE, opt: torch.optim.Adam, Xs: Tensor, dead: Tensor, g: torch.Generator,
               n_sample: int = 4096) -> int:
     "Bricken et al.'s resampling of the dead latents from badly reconstructed inputs; returns how many."
@@ -450,11 +422,43 @@ def _resample(sae: SAE, opt: torch.optim.Adam, Xs: Tensor, dead: Tensor, g: torc
                 if isinstance(s, Tensor) and s.shape == p_.shape: s[sl] = 0.0
     return len(idx)
 
-# %% ../nbs/33_sae.ipynb #55b81a26
-def _as_sae(sae):
+
+# %% ../nbs/33_sae.ipynb #4423b230
+@patch
+def encode(self: SparseAutoencoder, X) -> Tensor:
+    """The latents of X [..., d_in] → Tensor [..., d_sae], in the SAE's dtype (no gradient).
+
+    Raises
+    ------
+    ValueError
+        If not fitted, or X's last dimension is not d_in.
+    """
+    self._check_fitted("encode")
+    X = torch.as_tensor(X).to(self.sae_.device, self.sae_.dtype)
+    if X.shape[-1] != self.n_features_in_:
+        raise ValueError(f"the SAE reads d_in={self.n_features_in_}, got input of shape {tuple(X.shape)}")
+    with torch.no_grad(): return self.sae_.encode(X)
+
+
+@patch
+def decode(self: SparseAutoencoder, F) -> Tensor:
+    "The reconstruction of latents F [..., d_sae] → Tensor [..., d_in]."
+    self._check_fitted("decode")
+    F = torch.as_tensor(F).to(self.sae_.device, self.sae_.dtype)
+    if F.shape[-1] != self.d_sae_:
+        raise ValueError(f"the SAE has d_sae={self.d_sae_} latents, got input of shape {tuple(F.shape)}")
+    with torch.no_grad(): return self.sae_.decode(F)
+
+
+@patch
+def _repr_fitted(self: SparseAutoencoder): return f"d_sae_={self.d_sae_}"
+
+
+# %% ../nbs/33_sae.ipynb #3d6081e8
+def _as_sae(sae, caller: str):
     "(the module with encode/decode, d_in, dtype, device) of our SAE, a fitted SparseAutoencoder or a sae-lens SAE."
     if isinstance(sae, SparseAutoencoder):
-        sae._check_fitted(); sae = sae.sae_
+        sae._check_fitted(caller); sae = sae.sae_
     if not (callable(getattr(sae, "encode", None)) and callable(getattr(sae, "decode", None))):
         raise ValueError(f"sae must have encode and decode methods (an SAE), got {type(sae).__name__}")
     cfg = getattr(sae, "cfg", None)
@@ -472,6 +476,7 @@ def _check_width(d_in, D: int, what: str):
                          f"model or layer?")
 
 
+# %% ../nbs/33_sae.ipynb #a57af5a2
 def sae_metrics(sae, X, batch_size: int = 4096) -> dict[str, float]:
     """The standard SAE metrics on X [n, d_in]: FVU, explained variance, L0 and dead fraction.
 
@@ -493,7 +498,7 @@ def sae_metrics(sae, X, batch_size: int = 4096) -> dict[str, float]:
     ValueError
         If X is not finite and 2-D, or its width is not the SAE's d_in.
     """
-    mod, d_in, dtype, device = _as_sae(sae)
+    mod, d_in, dtype, device = _as_sae(sae, "sae_metrics()")
     X = as_acts(X, "X", min_samples=2, float64=False)
     _check_width(d_in, X.shape[1], "X")
     mean = X.double().mean(0)
@@ -512,6 +517,41 @@ def sae_metrics(sae, X, batch_size: int = 4096) -> dict[str, float]:
     fvu = sse / sst if sst > 0 else float("nan")
     return {"fvu": fvu, "explained_variance": 1 - fvu, "l0": l0 / len(X),
             "dead_fraction": float((~fired).float().mean())}
+
+
+# %% ../nbs/33_sae.ipynb #490fcea5
+def _refit_operator(sae: SAE, Xs: Tensor, U: Tensor, Y: Tensor, idx: Tensor, ridge: float) -> Tensor:
+    "Ridge least squares K [d_sae + d_u + 1, d_sae] of f(y) on [f(x), u, 1] over the rows idx (no gradient)."
+    with torch.no_grad():
+        Z = torch.cat([sae.encode(Xs[idx]), U[idx], torch.ones(len(idx), 1, dtype=Xs.dtype,
+                                                               device=Xs.device)], 1).double()  # [m, p]
+        F = sae.encode(Y[idx]).double()                                  # [m, d_sae]
+        G = Z.T @ Z
+        lam = ridge * G.diagonal().mean().clamp_min(1e-12)
+        K = torch.linalg.solve(G + lam * torch.eye(len(G), dtype=G.dtype, device=G.device), Z.T @ F)
+    return K.to(Xs.dtype)                                                # [p, d_sae]
+
+
+def invariance_penalty(fx: Tensor, u: Tensor, fy: Tensor, K: Tensor) -> Tensor:
+    """The relative invariance residual of a batch: ‖f(y) − [f(x), u, 1] K‖² / ‖f(y) − mean f(y)‖².
+
+    Parameters
+    ----------
+    fx, fy : Tensor [batch, d_sae]
+        Latents of the states and of the next states.
+    u : Tensor [batch, d_u]
+        Controls (d_u may be 0).
+    K : Tensor [d_sae + d_u + 1, d_sae]
+        The stacked operator [A B c]ᵀ.
+
+    Returns
+    -------
+    Tensor [] (differentiable in fx and fy), ≥ 0; 0 when span f is closed under the dynamics.
+    """
+    Z = torch.cat([fx, u, torch.ones(len(fx), 1, dtype=fx.dtype, device=fx.device)], 1)   # [batch, p]
+    den = (fy - fy.mean(0)).pow(2).sum().clamp_min(1e-12)
+    return (fy - Z @ K).pow(2).sum() / den
+
 
 # %% ../nbs/33_sae.ipynb #6a17a81e
 def train_sae(X, d_sae: int, l1: float = 0.1, steps: int = 500, lr: float = 1e-2,
@@ -564,7 +604,7 @@ def ce_loss_recovered(model: nn.Module, hook: str, sae, tokens: Tensor, batch_si
         If tokens are not integer [batch, pos ≥ 2], the hook is unknown, the SAE's d_in is not the
         hook's width, the spliced loss is not finite, or zero-ablation does not change the loss.
     """
-    mod, d_in, dtype, device = _as_sae(sae)
+    mod, d_in, dtype, device = _as_sae(sae, "ce_loss_recovered()")
     if not isinstance(tokens, Tensor) or tokens.ndim != 2 or tokens.shape[1] < 2 or tokens.is_floating_point():
         raise ValueError(f"tokens must be an integer Tensor [batch, pos ≥ 2], got "
                          f"{tuple(tokens.shape) if isinstance(tokens, Tensor) else type(tokens).__name__}")
@@ -591,7 +631,7 @@ def ce_loss_recovered(model: nn.Module, hook: str, sae, tokens: Tensor, batch_si
         raise ValueError(f"zero-ablating {hook!r} does not change the loss ({clean:.6g}): nothing to recover")
     return (zero - spliced) / (zero - clean)
 
-# %% ../nbs/33_sae.ipynb #cfe633e7
+# %% ../nbs/33_sae.ipynb #9fbfa83e
 @dataclass
 class FeatureMatch:
     """A one-to-one matching of two SAEs' latents by decoder cosine similarity.
@@ -617,10 +657,11 @@ class FeatureMatch:
                 f"median cosine={np.median(self.cosine):.3f})")
 
 
+# %% ../nbs/33_sae.ipynb #5648d8bf
 def _decoder(sae) -> np.ndarray:
     "Decoder directions [d_sae, d_in] (float64, rows unit-norm) of our SAE, a fitted estimator or a sae-lens SAE."
     if isinstance(sae, SparseAutoencoder):
-        sae._check_fitted(); sae = sae.sae_
+        sae._check_fitted("match_features()"); sae = sae.sae_
     W = getattr(sae, "W_dec", None)
     if W is None:
         raise ValueError(f"the SAE must have a decoder W_dec [d_sae, d_in], got {type(sae).__name__}")

@@ -55,7 +55,7 @@ def spectral_distance(a, b, k: int | None = None) -> float:
         a, b = a[np.argsort(-np.abs(a), kind="stable")[:k]], b[np.argsort(-np.abs(b), kind="stable")[:k]]
     return match_spectra(a, b)[0]
 
-# %% ../nbs/36_spectra.ipynb #8df3c4de
+# %% ../nbs/36_spectra.ipynb #8844274c
 @dataclass
 class SplitHalfCurve:
     """Split-half spectral distances against M, with the fitted log-log slope and its bootstrap interval.
@@ -80,9 +80,11 @@ class SplitHalfCurve:
                 f"M={self.Ms.tolist()})")
 
 
+# %% ../nbs/36_spectra.ipynb #6b5d20cb
 def _loglog_fit(Ms, d):
     s, c = np.polyfit(np.log(Ms), np.log(d), 1)
     return s, c
+
 
 
 def _split_half_distances(X, U, Y, Ms, make_estimator, n_splits: int, k: int | None,
@@ -104,6 +106,7 @@ def _split_half_distances(X, U, Y, Ms, make_estimator, n_splits: int, k: int | N
             fb = make_estimator().fit(X[b], U[b], Y[b])
             dist[i, j] = spectral_distance(fa, fb, k)
     return dist
+
 
 
 def split_half_curve(X, U, Y, Ms, make_estimator=EDMDc, n_splits: int = 10, k: int | None = None,
@@ -142,6 +145,7 @@ def split_half_curve(X, U, Y, Ms, make_estimator=EDMDc, n_splits: int = 10, k: i
                      for _ in range(n_boot)])
     return SplitHalfCurve(Ms, dist, float(slope), float(icpt),
                           (float(np.quantile(boot, 0.025)), float(np.quantile(boot, 0.975))))
+
 
 # %% ../nbs/36_spectra.ipynb #56c4d26b
 def henrici(A) -> float:
@@ -253,7 +257,7 @@ def leading_modes(model: EDMDc, k: int) -> np.ndarray:
     ValueError
         If the model is not fitted.
     """
-    model._check_fitted()
+    model._check_fitted("leading_modes()")
     cols = []
     for i, lam in enumerate(model.eigvals_):
         if len(cols) >= k: break
@@ -287,7 +291,7 @@ def mode_pca_angles(model: EDMDc, X, k: int) -> np.ndarray:
     pcs = np.linalg.svd(Xc, full_matrices=False)[2][:k].T       # [D, k]
     return np.sort(sla.subspace_angles(leading_modes(model, k), pcs))
 
-# %% ../nbs/36_spectra.ipynb #f5ea3a91
+# %% ../nbs/36_spectra.ipynb #7362bd56
 def project_out(Q, mean=None):
     """The edit h ↦ h̄ + (I − QQᵀ)(h − h̄): remove the span of Q's columns around the mean.
 
@@ -307,6 +311,7 @@ def project_out(Q, mean=None):
     return lambda H: H - ((H - mu) @ Q) @ Q.T
 
 
+# %% ../nbs/36_spectra.ipynb #6da20dd1
 def depth_effects(model, tokens, layer: int, edit, readout, depths, read_pos=-1,
                   batch_size: int = 64) -> dict[int, float]:
     """Edit the residual stream entering block `layer`, and read a task signal d blocks later.

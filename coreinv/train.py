@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -24,7 +23,7 @@ from torch import Tensor
 from tqdm import tqdm
 
 from .keys import digest, function_key
-from .runtime import start_worker, worker_context
+from .runtime import atomic_write, start_worker, worker_context
 
 # %% auto #0
 __all__ = ['CHECKPOINT_NAME', 'require_hooked', 'make_transformer', 'TrainLog', 'checkpoint_key', 'train', 'n_processes',
@@ -170,12 +169,13 @@ class TrainLog:
     @property
     def last(self) -> dict[str, float]: return self.rows[-1]
 
-# %% ../nbs/20_train.ipynb #db3f3c15
+# %% ../nbs/20_train.ipynb #589cf2db
 CHECKPOINT_NAME = "checkpoint.pt"
 
 
 def _weight_norm(model: torch.nn.Module) -> float:
     return math.sqrt(sum(float(p.detach().double().pow(2).sum()) for p in model.parameters()))
+
 
 
 def _schedule(opt, schedule: str, lr: float, steps: int, pct_start: float):
@@ -194,18 +194,11 @@ def _schedule(opt, schedule: str, lr: float, steps: int, pct_start: float):
     raise ValueError(f"schedule must be 'constant', 'onecycle', 'warmup' or 'linear', got {schedule!r}")
 
 
+
 def _save_atomic(obj: Any, path: Path) -> None:
-    """torch.save to a temporary file of this call's own, then rename: a kill during the write leaves the old
-    file intact, and two processes that save one path at once never write into one temporary file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f"{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    "`torch.save` through `coreinv.runtime.atomic_write`: a kill during the write leaves the old file intact."
+    atomic_write(path, lambda f: torch.save(obj, f))
+
 
 
 def _model_config(model: torch.nn.Module) -> dict:
@@ -215,6 +208,7 @@ def _model_config(model: torch.nn.Module) -> dict:
               for k, v in sorted(vars(cfg).items()) if k != "device"} if cfg is not None else {}
     return {"class": f"{type(model).__module__}.{type(model).__qualname__}", "cfg": fields,
             "params": {n: list(p.shape) for n, p in model.named_parameters()}}
+
 
 
 def checkpoint_key(model: torch.nn.Module, batch_fn: Callable[[torch.Generator], Any], hparams: dict,
@@ -254,6 +248,7 @@ def checkpoint_key(model: torch.nn.Module, batch_fn: Callable[[torch.Generator],
                   length=16)
 
 
+# %% ../nbs/20_train.ipynb #7f42ca0d
 @contextmanager
 def _cpu_threads(model: torch.nn.Module, threads: int | None):
     "Run the enclosed steps on `threads` CPU threads when `model` is on the CPU; restore the count after."
@@ -264,6 +259,31 @@ def _cpu_threads(model: torch.nn.Module, threads: int | None):
     finally: torch.set_num_threads(n)
 
 
+# %% ../nbs/20_train.ipynb #61ffb73d
+def _check_train_args(steps, log_every, checkpoint_every, checkpoint_dir, threads, eps) -> None:
+    "`train`'s argument checks, each a ValueError that names the argument."
+    if not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be a positive int, got {steps!r}")
+    if log_every < 1:
+        raise ValueError(f"log_every must be ≥ 1, got {log_every}")
+    if checkpoint_every is not None and checkpoint_dir is None:
+        raise ValueError("checkpoint_every was given but checkpoint_dir is None")
+    if threads is not None and (not isinstance(threads, int) or threads < 1):
+        raise ValueError(f"threads must be a positive int or None, got {threads!r}")
+    if not eps > 0:
+        raise ValueError(f"eps (Adam's ε) must be > 0, got {eps!r}")
+
+
+def _resume(path: Path, model: torch.nn.Module, opt, sched, gen: torch.Generator) -> tuple[TrainLog, int]:
+    "Load a checkpoint into the model, optimiser, schedule and generators: (its log, its step)."
+    ck = torch.load(path, weights_only=False, map_location="cpu")
+    model.load_state_dict(ck["model"]); opt.load_state_dict(ck["optimizer"])
+    sched.load_state_dict(ck["scheduler"]); gen.set_state(ck["gen"])
+    torch.set_rng_state(ck["torch_rng"])
+    return TrainLog(ck["log"]), ck["step"]
+
+
+# %% ../nbs/20_train.ipynb #3c39a869
 def train(model: torch.nn.Module, batch_fn: Callable[[torch.Generator], Any],
           loss_fn: Callable[[torch.nn.Module, Any], Tensor], steps: int, *, lr: float = 1e-3,
           betas: tuple[float, float] = (0.9, 0.98), eps: float = 1e-8, weight_decay: float = 0.0,
@@ -316,16 +336,7 @@ def train(model: torch.nn.Module, batch_fn: Callable[[torch.Generator], Any],
         On a bad `steps`, `log_every`, `threads`, `eps` or `schedule`, on `checkpoint_every` without
         `checkpoint_dir`.
     """
-    if not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be a positive int, got {steps!r}")
-    if log_every < 1:
-        raise ValueError(f"log_every must be ≥ 1, got {log_every}")
-    if checkpoint_every is not None and checkpoint_dir is None:
-        raise ValueError("checkpoint_every was given but checkpoint_dir is None")
-    if threads is not None and (not isinstance(threads, int) or threads < 1):
-        raise ValueError(f"threads must be a positive int or None, got {threads!r}")
-    if not eps > 0:
-        raise ValueError(f"eps (Adam's ε) must be > 0, got {eps!r}")
+    _check_train_args(steps, log_every, checkpoint_every, checkpoint_dir, threads, eps)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
     sched = _schedule(opt, schedule, lr, steps, pct_start)
     hparams = dict(steps=steps, lr=lr, betas=list(betas), eps=eps, weight_decay=weight_decay,
@@ -339,11 +350,7 @@ def train(model: torch.nn.Module, batch_fn: Callable[[torch.Generator], Any],
             path = Path(checkpoint_dir) / key / CHECKPOINT_NAME
         torch.manual_seed(seed)
         if path is not None and path.exists():
-            ck = torch.load(path, weights_only=False, map_location="cpu")
-            model.load_state_dict(ck["model"]); opt.load_state_dict(ck["optimizer"])
-            sched.load_state_dict(ck["scheduler"]); gen.set_state(ck["gen"])
-            torch.set_rng_state(ck["torch_rng"])
-            log, start = TrainLog(ck["log"]), ck["step"]
+            log, start = _resume(path, model, opt, sched, gen)
 
         def record(step: int, loss: float) -> dict:
             row = dict(step=step, loss=loss, lr=opt.param_groups[0]["lr"], weight_norm=_weight_norm(model))
@@ -384,7 +391,8 @@ def train(model: torch.nn.Module, batch_fn: Callable[[torch.Generator], Any],
     model.eval()
     return log
 
-# %% ../nbs/20_train.ipynb #56bfd375
+
+# %% ../nbs/20_train.ipynb #70de6f0f
 def n_processes(processes: int | None, n_jobs: int, device: str | torch.device = "cpu") -> int:
     """How many worker processes `map_processes` uses for `n_jobs` calls computing on `device`.
 
@@ -415,6 +423,7 @@ def n_processes(processes: int | None, n_jobs: int, device: str | torch.device =
     return max(1, min(n_jobs, os.cpu_count() or 1)) if processes is None else processes
 
 
+# %% ../nbs/20_train.ipynb #3f249895
 def map_processes(fn: Callable, jobs: Sequence[dict], processes: int | None = None, progress: bool = True,
                   desc: str = "runs", device: str | torch.device = "cpu") -> list:
     """`[fn(**job) for job in jobs]`, spread over `processes` worker processes of one CPU thread each.
@@ -478,3 +487,4 @@ def map_processes(fn: Callable, jobs: Sequence[dict], processes: int | None = No
             pool.shutdown(wait=True, cancel_futures=True)
             raise
     return [f.result() for f in futures]
+

@@ -122,7 +122,8 @@ def _public_callables():
     for mod in (coreinv.base, coreinv.hooks, coreinv.ace):                   # ace and the modules split from it
         for name in mod.__all__:
             obj = getattr(mod, name)
-            yield name, obj
+            if inspect.isclass(obj) and issubclass(obj, Exception): continue   # NotFittedError: an exception's
+            yield name, obj                                                      # signature is its message
             if inspect.isclass(obj):
                 for m, f in vars(obj).items():
                     if not m.startswith("_") and callable(f) and m not in ("get_params", "set_params") or \

@@ -108,7 +108,7 @@ def test_a_library_change_re_executes_the_chapter(built_book):
     assert _results(src)["written"] == before["written"], "a chapter re-ran for code it does not import"
     assert "re-executed (" in r.stdout, "the library page keyed on the whole package was not re-executed"
 
-    _edit_library(src, "21_tasks_markov", "tasks/markov.py")  # code the chapter calls
+    _edit_library(src, "21_tasks_markov", "tasks/markov/__init__.py")  # code the chapter calls
     r = build_copy(src)
     assert r.returncode == 0, r.stdout[-6000:]
     after = _results(src)

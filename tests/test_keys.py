@@ -106,7 +106,7 @@ def test_docstring_and_comment_edits_change_no_key(tmp_path, base, keys_of):
 
 @pytest.mark.parametrize("rel, old, new, changed", [
     # a constant in the Markov task's code: the Markov chapter and its training runs, nothing else
-    ("tasks/markov.py", "def stationary_distribution(T: np.ndarray) -> np.ndarray:",
+    ("tasks/markov/__init__.py", "def stationary_distribution(T: np.ndarray) -> np.ndarray:",
      "_UNUSED = 1\n\n\ndef stationary_distribution(T: np.ndarray) -> np.ndarray:", {"markov"}),
     # one chapter's sizes: that chapter's results only
     ("tasks/grokking/presets.py", "thr_delay=3.0", "thr_delay=3.5", {"grokking"}),
@@ -147,6 +147,28 @@ def test_methods_and_data_tables_are_keyed_with_the_code_they_reach(tmp_path, mo
         src.write_text(edit)
         after = keys(importlib.reload(keyprobe))
         assert (after == base) == same, (edit, base, after)
+
+
+def test_methods_attached_with_patch_are_keyed_with_their_class(tmp_path, monkeypatch):
+    """The library pages define a class's methods in cells of their own (`fastcore.basics.patch`, issue 44):
+    their source is not in the class statement's, and a key of the class, or of a method, must still hold
+    it (the control: an edit of the patched method's body changes the key; one of its docstring does not)."""
+    import importlib
+    from coreinv.keys import function_key
+    monkeypatch.syspath_prepend(str(tmp_path))
+    src = tmp_path / "patchprobe.py"
+    text = ('from fastcore.basics import patch\n\n\nclass Loss:\n    def __init__(self, s=2): self.s = s\n\n\n'
+            '@patch\ndef __call__(self: Loss, x):\n    "Scale."\n    return x * self.s\n\n\n'
+            'def loss(x):\n    return Loss()(x)\n')
+    src.write_text(text)
+    import patchprobe
+    keys = lambda m: (function_key(m.Loss), function_key(m.Loss.__call__), function_key(m.loss))
+    base = keys(patchprobe)
+    for edit, same in ((text.replace('"Scale."', '"Scale by s."'), True),
+                       (text.replace("x * self.s", "x + self.s"), False)):
+        src.write_text(edit)
+        after = keys(importlib.reload(patchprobe))
+        assert all((a == b) == same for a, b in zip(after, base)), (edit, base, after)
 
 
 def test_a_move_to_another_module_keeps_the_key_and_namesakes_both_count(tmp_path, monkeypatch):

@@ -145,7 +145,7 @@ def test_streaming_waits_until_determined():
     A, B, X, U, Y = linear_control_system(500)
     m = EDMDc().partial_fit(X[:3], U[:3], Y[:3])
     assert not hasattr(m, "A_") and m.n_samples_seen_ == 3
-    with pytest.raises(ValueError, match="^this EDMDc is not fitted yet: its 3 samples.*need ≥ 6"):
+    with pytest.raises(ValueError, match="^EDMDc.predict needs a fitted EDMDc: its 3 samples.*need ≥ 6"):
         m.predict(X, U)
     for s in range(3, 500, 50): m.partial_fit(X[s:s + 50], U[s:s + 50], Y[s:s + 50])
     assert np.abs(m.A_ - A).max() < 1e-10

@@ -1,4 +1,6 @@
 """The dictionaries of coreinv.dictionaries: one interface, constants, SAE duck typing, spectral."""
+import inspect
+
 import numpy as np
 import pytest
 import torch
@@ -141,7 +143,8 @@ def test_estimator_contract_and_clone_without_deepcopy():
     assert not hasattr(m.dictionary, "weights_")          # EDMDc fits a clone, never the caller's dictionary
     sae = SAEDictionary(Enc(), 5)
     assert clone(sae).encoder is sae.encoder              # a model parameter is shared, not copied
-    assert repr(PCADictionary(3)) == "PCADictionary(n_components=3, constant=True)"
+    assert repr(PCADictionary(3)) == "PCADictionary(n_components=3)"
+    assert repr(PCADictionary(3, constant=False)) == "PCADictionary(n_components=3, constant=False)"
 
 
 def test_spectral_dictionary_keeps_the_fit_signature():
@@ -168,5 +171,5 @@ def test_dictionary_docstrings_are_numpydoc():
     for cls in (PCADictionary, RandomProjectionDictionary, RandomFourierDictionary, SpectralDictionary,
                 IdentityDictionary):
         assert "Parameters\n    ----------" in cls.__doc__, cls
-    for f in (Dictionary.fit, Dictionary.transform):
-        assert "Returns\n        -------" in f.__doc__ and "Raises\n        ------" in f.__doc__
+    for f in (Dictionary.fit, Dictionary.transform):            # inspect.getdoc: whatever the indentation
+        assert "Returns\n-------" in inspect.getdoc(f) and "Raises\n------" in inspect.getdoc(f)

@@ -4,6 +4,8 @@ imports are read from the source (`coreinv.keys.imported_modules`, the same read
 so an import inside a function counts too. And modules stay short enough to read."""
 from pathlib import Path
 
+import re
+
 import pytest
 
 import coreinv
@@ -37,7 +39,9 @@ def test_the_layers_cover_the_package():
     assert {"coreinv.ace", "coreinv.base", "coreinv.hooks", "coreinv._jvp", "coreinv._hookplan", "coreinv.koopman",
             "coreinv.spectra", "coreinv.train",
             "coreinv.keys", "coreinv.runtime"} <= METHODS
-    assert {"coreinv.tasks.grokking", "coreinv.tasks.grokking.training", "coreinv.tasks.grokking.figures"} <= CHAPTER
+    assert {"coreinv.tasks.grokking", "coreinv.tasks.grokking.training", "coreinv.tasks.grokking.figures",
+            "coreinv.tasks.markov", "coreinv.tasks.markov.figures", "coreinv.tasks.agreement.figures",
+            "coreinv.tasks.sae_gap.figures"} <= CHAPTER
 
 
 # Modules longer than MAX_LINES, each capped at its length when the cap was set: they may shrink, not
@@ -52,6 +56,9 @@ def test_the_layers_cover_the_package():
 # results (638) grew past the cap when issue 42 gave verdicts a third state (share_verdict, Claim.decided); it
 # holds claims and verdicts, the results files, and provenance with staleness, and its seam is the last
 # (provenance, stale_results, notebook_hash: about 150 lines), left for issue 44's split of the library pages.
+# Lines are counted without nbdev's cell markers (`# %% <notebook> #<id>` and the blank lines before it): a
+# literate page gives each method its own cell (issue 44), and the cap is on the module's code, not on how
+# many cells its page has.
 MAX_LINES = 600
 LONG = {"coreinv.sae": 663, "coreinv.tasks.agreement.axis": 617, "coreinv.results": 638}
 
@@ -60,5 +67,5 @@ LONG = {"coreinv.sae": 663, "coreinv.tasks.agreement.axis": 617, "coreinv.result
 def test_modules_stay_short(module):
     path = PKG.joinpath(*module.split(".")[1:])
     path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
-    n = len(path.read_text(encoding="utf-8").splitlines())
+    n = len(re.sub(r"\n*# %% [^\n]*\n", "\n", path.read_text(encoding="utf-8")).splitlines())
     assert n <= LONG.get(module, MAX_LINES), f"{module} has {n} lines (cap {LONG.get(module, MAX_LINES)})"

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from coreinv.base import clone
+from coreinv.base import NotFittedError, clone
 from coreinv.dictionaries import SAEDictionary
 from coreinv.koopman import EDMDc, linear_control_system
 from coreinv.sae import SAE, SparseAutoencoder, auxk_loss, ce_loss_recovered, sae_metrics, train_sae
@@ -97,11 +97,11 @@ def test_auxk_loss_is_nonzero_only_with_dead_latents(fits):
 def test_estimator_contract():
     est = SparseAutoencoder("relu", expansion_factor=8, steps=20, seed=2, progress=False)
     assert est.get_params()["expansion_factor"] == 8 and est.set_params(seed=3) is est and est.seed == 3
-    assert repr(est) == "SparseAutoencoder(kind='relu', expansion_factor=8, l1_coefficient=0.1, steps=20, seed=3)"
-    with pytest.raises(ValueError, match="call fit first"):
+    assert repr(est) == "SparseAutoencoder(kind='relu', expansion_factor=8, steps=20, seed=3, progress=False)"
+    with pytest.raises(NotFittedError, match=r"^SparseAutoencoder\.encode needs a fitted SparseAutoencoder: call fit first"):
         est.encode(X)
     est.fit(X)
-    assert est.sae_.cfg.d_sae == 8 * 16 and "d_sae_=128" in repr(est)
+    assert est.sae_.cfg.d_sae == 8 * 16 and repr(est).endswith("  # fitted: d_sae_=128")
     c = clone(est)
     assert not hasattr(c, "sae_") and c.get_params() == est.get_params()
     f = est.encode(X[:5])

@@ -27,11 +27,12 @@ __all__ = ['BASELINES', 'AgreementModel', 'word_model', 'hf_model', 'agreement_m
            'pair_from_words', 'readout_pairs', 'last_acts', 'fit_axis', 'oriented_axis', 'layer_cores',
            'validate_layer', 'flip_generation', 'flip_coordination']
 
-# %% ../../../nbs/26_agreement_axis.ipynb #2af66d94
+# %% ../../../nbs/26_agreement_axis.ipynb #d3187415
 def _check_hook(model: nn.Module, hook: str, name: str) -> None:
     "Refuse a hook that `model` lacks, naming the model (the hook is resolved by `coreinv.hooks`)."
     try: _resolve(model, hook)
     except ValueError as e: raise ValueError(f"model {name!r}: {e}") from None
+
 
 
 @dataclass
@@ -82,6 +83,7 @@ class AgreementModel:
         return self.verb_ids[word]
 
 
+# %% ../../../nbs/26_agreement_axis.ipynb #9308ba4a
 def word_model(name: str, model: nn.Module, vocab: WordVocab) -> AgreementModel:
     """An `AgreementModel` for a word-level model of `coreinv.tasks.agreement.models` and its `WordVocab`.
 
@@ -102,6 +104,7 @@ def word_model(name: str, model: nn.Module, vocab: WordVocab) -> AgreementModel:
                           getattr(model, "hook_layers", None)
                           or [f"blocks.{l}.hook_resid_post" for l in range(model.cfg.n_layers)],
                           eos=vocab.stoi["."])
+
 
 # %% ../../../nbs/26_agreement_axis.ipynb #d0d4362c
 def hf_model(name: str, model: nn.Module, tokenizer=None, verbs: Sequence[str] | None = None) -> AgreementModel:
@@ -163,9 +166,10 @@ def agreement_model(lm) -> AgreementModel:
     make = word_model if isinstance(lm.tokenizer, WordVocab) else hf_model
     return make(lm.spec.name, lm.model, lm.tokenizer)
 
-# %% ../../../nbs/26_agreement_axis.ipynb #303f5940
+# %% ../../../nbs/26_agreement_axis.ipynb #ede8b652
 def _sg_pl(p: MinimalPair) -> tuple[str, str]:
     return (p.correct, p.wrong) if p.subject_number == "sg" else (p.wrong, p.correct)
+
 
 
 def _groups(am: AgreementModel, pairs: Sequence[MinimalPair], batch: int = 256):
@@ -182,6 +186,7 @@ def _groups(am: AgreementModel, pairs: Sequence[MinimalPair], batch: int = 256):
             ii = idx[s:s + batch]
             yield (np.array(ii), torch.tensor([enc[i] for i in ii], device=dev),
                    torch.tensor([ids[i][0] for i in ii], device=dev), torch.tensor([ids[i][1] for i in ii], device=dev))
+
 
 
 def margins(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str | None = None, core: Core | None = None,
@@ -213,8 +218,10 @@ def margins(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str | None =
     return out
 
 
+# %% ../../../nbs/26_agreement_axis.ipynb #df2c7f3e
 def _signs(pairs: Sequence[MinimalPair]) -> np.ndarray:
     return np.array([1.0 if p.subject_number == "sg" else -1.0 for p in pairs])
+
 
 
 def accuracy(am: AgreementModel, pairs: Sequence[MinimalPair], **ablation) -> float:
@@ -234,6 +241,7 @@ def accuracy(am: AgreementModel, pairs: Sequence[MinimalPair], **ablation) -> fl
     return float(np.mean(margins(am, pairs, **ablation) * _signs(pairs) > 0))
 
 
+# %% ../../../nbs/26_agreement_axis.ipynb #f47d4d7e
 def accuracy_table(am: AgreementModel, pairs: Sequence[MinimalPair], **ablation) -> dict:
     """Accuracy per construction and per construction × number cell.
 
@@ -259,6 +267,7 @@ def accuracy_table(am: AgreementModel, pairs: Sequence[MinimalPair], **ablation)
     return out
 
 
+# %% ../../../nbs/26_agreement_axis.ipynb #1f5a6091
 def pair_from_words(words: str | Sequence[str], model: str = "the model") -> MinimalPair:
     """A minimal pair at the first agreeing verb of a sentence of your own.
 
@@ -293,7 +302,8 @@ def pair_from_words(words: str | Sequence[str], model: str = "the model") -> Min
                  verb.form("pl" if v.verb_number == "sg" else "sg"))
     return MinimalPair(tuple(ws[:v.index]), v.word, s.wrong, "custom", v.subject_number, None, s)
 
-# %% ../../../nbs/26_agreement_axis.ipynb #e8fff923
+
+# %% ../../../nbs/26_agreement_axis.ipynb #7c689109
 def readout_pairs(am: AgreementModel, n: int = 6) -> list[tuple[str, str]]:
     """The first `n` (singular, plural) verb pairs of the lexicon that `am` has tokens for.
 
@@ -320,6 +330,7 @@ def readout_pairs(am: AgreementModel, n: int = 6) -> list[tuple[str, str]]:
     raise ValueError(f"model {am.name!r} has tokens for only {len(out)} verb pairs, {n} asked")
 
 
+# %% ../../../nbs/26_agreement_axis.ipynb #7575fc50
 def last_acts(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str) -> Tensor:
     """The activation at `hook` at the last token of each prefix.
 
@@ -344,6 +355,7 @@ def last_acts(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str) -> Te
     return out
 
 
+# %% ../../../nbs/26_agreement_axis.ipynb #ec65ae24
 def fit_axis(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str, readout: str = "verbs",
              n_verbs: int = 6, center: bool = False) -> ACE:
     """ACE at `hook` at the last token before the verb.
@@ -397,6 +409,7 @@ def fit_axis(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str, readou
     return ace.finalize()
 
 
+# %% ../../../nbs/26_agreement_axis.ipynb #d743a636
 def oriented_axis(ace: ACE, acts: Tensor, pairs: Sequence[MinimalPair]) -> Core:
     """The top ACE direction, signed so that singular subjects have the larger mean coordinate.
 
@@ -418,13 +431,15 @@ def oriented_axis(ace: ACE, acts: Tensor, pairs: Sequence[MinimalPair]) -> Core:
         core = Core(-core.basis, core.mean)
     return core
 
-# %% ../../../nbs/26_agreement_axis.ipynb #d7618bcb
+
+# %% ../../../nbs/26_agreement_axis.ipynb #d8029484
 BASELINES = ("ace", "class_means", "probe", "pca", "random")
 
 
 def _r2(x: np.ndarray, y: np.ndarray) -> float:
     A = np.stack([x, np.ones_like(x)], 1)
     return float(1 - (y - A @ np.linalg.lstsq(A, y, rcond=None)[0]).var() / y.var()) if y.var() > 0 else float("nan")
+
 
 
 def layer_cores(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str, ace: ACE | None = None,
@@ -454,6 +469,7 @@ def layer_cores(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str, ace
                 random=random_core(acts.shape[1], 1, acts.mean(0), seed=seed))
 
 
+# %% ../../../nbs/26_agreement_axis.ipynb #f1c145e4
 def validate_layer(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str,
                    cores: dict[str, Core] | None = None) -> dict:
     """Sufficiency, necessity and predictiveness of each 1-D core at `hook`.
@@ -483,7 +499,8 @@ def validate_layer(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str,
         out[name] = row
     return out
 
-# %% ../../../nbs/26_agreement_axis.ipynb #6d18398d
+
+# %% ../../../nbs/26_agreement_axis.ipynb #f6d7e401
 def _generate(am: AgreementModel, prefix: Sequence[str], max_new: int, sample: bool, gen: torch.Generator):
     ids = am.encode(prefix)
     dev = next(am.model.parameters()).device
@@ -499,6 +516,7 @@ def _generate(am: AgreementModel, prefix: Sequence[str], max_new: int, sample: b
         if nxt == am.eos:
             break
     return words
+
 
 
 def flip_generation(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str, core: Core | None,
@@ -551,6 +569,7 @@ def flip_generation(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str,
                 n_later=len(later), well_formed=float(np.mean(ok)), n=len(pairs), examples=ex)
 
 
+# %% ../../../nbs/26_agreement_axis.ipynb #19f6e8fc
 def _choose(am: AgreementModel, words: Sequence[str], forms: tuple[str, str], sample: bool,
             gen: torch.Generator) -> str:
     "The model's choice between two verb forms after `words`: the larger logit, or a draw from their softmax."
@@ -560,6 +579,7 @@ def _choose(am: AgreementModel, words: Sequence[str], forms: tuple[str, str], sa
         lg = am.logits(torch.tensor([am.encode(words)], device=dev))[0, -1].double().cpu()[ids]
     i = int(torch.multinomial(torch.softmax(lg, -1), 1, generator=gen)) if sample else int(lg.argmax())
     return forms[i]
+
 
 
 def flip_coordination(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str, core: Core | None,

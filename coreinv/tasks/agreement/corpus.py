@@ -14,12 +14,14 @@ import numpy as np
 
 from .language import (CONSTRUCTIONS, NO_ATTRACTOR, NUMBERS, Lexicon, MinimalPair, Sentence,
                                               _Generator, default_lexicon)
+from fastcore.basics import patch
+
 
 # %% auto #0
 __all__ = ['DEFAULT_MIX', 'SPECIALS', 'prefixes', 'corpus', 'test_pairs', 'corpus_stats', 'VerbLabel', 'CannotLabel', 'label',
            'AgreementResult', 'agrees', 'WordVocab', 'single_token_ids']
 
-# %% ../../../nbs/24_agreement_corpus.ipynb #aad056ea
+# %% ../../../nbs/24_agreement_corpus.ipynb #552a90ef
 DEFAULT_MIX = dict(simple=0.2, adverb=0.1, pp=0.15, subj_rc=0.1, obj_rc=0.1, obj_rc_no_that=0.05,
                    within_obj_rc=0.0, vp_coord=0.15, sent_comp=0.15)
 
@@ -27,6 +29,7 @@ DEFAULT_MIX = dict(simple=0.2, adverb=0.1, pp=0.15, subj_rc=0.1, obj_rc=0.1, obj
 def _check_construction(c: str) -> None:
     if c not in CONSTRUCTIONS:
         raise ValueError(f"unknown construction {c!r}; expected one of {CONSTRUCTIONS}")
+
 
 
 def prefixes(sentences: Iterable[Sentence]) -> set[str]:
@@ -45,6 +48,7 @@ def prefixes(sentences: Iterable[Sentence]) -> set[str]:
     return {" ".join(s.words[:i]) for s in sentences for i in s.agreeing}
 
 
+# %% ../../../nbs/24_agreement_corpus.ipynb #7282e3f1
 def corpus(n_sentences: int, seed: int, constructions: Sequence[str] = CONSTRUCTIONS,
            mix: dict[str, float] | None = None, holdout: Iterable[MinimalPair] | None = None,
            p_continue: float = 0.3, lexicon: Lexicon | None = None) -> list[Sentence]:
@@ -98,6 +102,7 @@ def corpus(n_sentences: int, seed: int, constructions: Sequence[str] = CONSTRUCT
     return out
 
 
+# %% ../../../nbs/24_agreement_corpus.ipynb #43e5f85d
 def test_pairs(n_per_cell: int, seed: int, construction: str, exclude: Iterable[Sentence] | set | None = None,
                lexicon: Lexicon | None = None, max_tries: int = 200) -> list[MinimalPair]:
     """Minimal pairs of one construction, `n_per_cell` in each subject × attractor cell, with distinct
@@ -155,6 +160,7 @@ def test_pairs(n_per_cell: int, seed: int, construction: str, exclude: Iterable[
 test_pairs.__test__ = False    # a library function, not a test: pytest must not collect it where imported
 
 
+# %% ../../../nbs/24_agreement_corpus.ipynb #a7df7216
 def corpus_stats(sentences: Sequence[Sentence]) -> dict:
     """Tokens, sentences, vocabulary used, mean length, construction mix and cell counts of a corpus.
 
@@ -174,7 +180,8 @@ def corpus_stats(sentences: Sequence[Sentence]) -> dict:
                 mix={c: mix[c] / len(sentences) for c in CONSTRUCTIONS if mix[c]},
                 cells=dict(sorted(Counter(s.cell for s in sentences).items())))
 
-# %% ../../../nbs/24_agreement_corpus.ipynb #796f26e7
+
+# %% ../../../nbs/24_agreement_corpus.ipynb #1b85222c
 @dataclass(frozen=True, slots=True)
 class VerbLabel:
     """One agreeing verb found by the parser (`label`): where it is, and its subject.
@@ -203,6 +210,7 @@ class VerbLabel:
         return self.verb_number == self.subject_number
 
 
+# %% ../../../nbs/24_agreement_corpus.ipynb #528233f0
 class CannotLabel(ValueError):
     """The grammar cannot parse a word sequence; `word` and `index` say where (a ValueError).
 
@@ -225,6 +233,7 @@ class CannotLabel(ValueError):
         super().__init__(f"cannot label{by}: {where}, expected {expected}")
 
 
+# %% ../../../nbs/24_agreement_corpus.ipynb #e23a4e52
 def _words(words: str | Sequence[str]) -> list[str]:
     "Lower-case words; a string is split on spaces with '.' as its own word."
     if isinstance(words, str):
@@ -232,6 +241,7 @@ def _words(words: str | Sequence[str]) -> list[str]:
     return [w.strip().lower() for w in words if w.strip()]
 
 
+# %% ../../../nbs/24_agreement_corpus.ipynb #10bab1d4
 class _Parser:
     """Recursive descent over the grammar (one word of look-ahead decides every choice):
 
@@ -253,29 +263,6 @@ class _Parser:
                         adv=set(L.adverbs), conj=set(L.conjunctions), matrix=set(L.matrix_verbs))
             object.__setattr__(lexicon, "_parse_maps", maps)
         self.__dict__.update(maps)
-
-    def peek(self, k: int = 0) -> str | None:
-        return self.w[self.i + k] if self.i + k < len(self.w) else None
-
-    def fail(self, expected: str):
-        raise CannotLabel(self.peek(), self.i, expected, self.source)
-
-    def sentence(self) -> None:
-        self.clause()
-        while self.peek() in self.conj and self.peek(1) in ("the", "a", "an"):
-            self.i += 1
-            self.clause()
-        if self.peek() not in (None, "."):
-            self.fail("a conjunction and a clause, 'and' and a verb, or '.'")
-
-    def clause(self) -> None:
-        head, number = self.np(subject=True)
-        if self.peek() in self.adv:
-            self.i += 1
-        self.vp(head, number)
-        while self.peek() == "and" and self.peek(1) in self.verb:
-            self.i += 1
-            self.vp(head, number)
 
     def np(self, subject: bool) -> tuple[int, str]:
         det = self.peek()
@@ -310,40 +297,73 @@ class _Parser:
         self.labels.append(VerbLabel(self.i, word, self.verb[word][1], head, number))
         self.i += 1
 
-    def vp(self, head: int, number: str) -> None:
-        word = self.peek()
-        if word in self.matrix:
+
+# %% ../../../nbs/24_agreement_corpus.ipynb #bf276243
+@patch
+def peek(self: _Parser, k: int = 0) -> str | None:
+    return self.w[self.i + k] if self.i + k < len(self.w) else None
+
+@patch
+def fail(self: _Parser, expected: str):
+    raise CannotLabel(self.peek(), self.i, expected, self.source)
+
+@patch
+def sentence(self: _Parser) -> None:
+    self.clause()
+    while self.peek() in self.conj and self.peek(1) in ("the", "a", "an"):
+        self.i += 1
+        self.clause()
+    if self.peek() not in (None, "."):
+        self.fail("a conjunction and a clause, 'and' and a verb, or '.'")
+
+@patch
+def clause(self: _Parser) -> None:
+    head, number = self.np(subject=True)
+    if self.peek() in self.adv:
+        self.i += 1
+    self.vp(head, number)
+    while self.peek() == "and" and self.peek(1) in self.verb:
+        self.i += 1
+        self.vp(head, number)
+
+
+# %% ../../../nbs/24_agreement_corpus.ipynb #d8d02aea
+@patch
+def vp(self: _Parser, head: int, number: str) -> None:
+    word = self.peek()
+    if word in self.matrix:
+        self.i += 1
+        self.i += self.peek() == "that"
+        self.clause()
+        return
+    if word not in self.verb:
+        self.fail("a verb")
+    verb = self.verb[word][0]
+    self.label(head, number)
+    if verb.kind == "be":
+        self.i += self.peek() == "not"
+        if self.peek() in self.adj:
             self.i += 1
-            self.i += self.peek() == "that"
-            self.clause()
-            return
-        if word not in self.verb:
-            self.fail("a verb")
-        verb = self.verb[word][0]
-        self.label(head, number)
-        if verb.kind == "be":
-            self.i += self.peek() == "not"
-            if self.peek() in self.adj:
-                self.i += 1
-            elif self.peek() in self.prep:
-                self.i += 1
-                self.np(subject=False)
-            else:
-                self.fail("an adjective or a preposition after a form of 'be'")
-        elif verb.kind == "do":
-            if self.peek() != "not":
-                self.fail("'not' after a form of 'do'")
+        elif self.peek() in self.prep:
             self.i += 1
-            base = self.verb.get(self.peek())
-            if base is None or base[0].pl != self.peek() or base[0].kind in ("be", "do"):
-                self.fail("a bare verb after 'not'")
-            self.i += 1
-            if base[0].obj:
-                self.np(subject=False)
-        elif verb.obj:
             self.np(subject=False)
+        else:
+            self.fail("an adjective or a preposition after a form of 'be'")
+    elif verb.kind == "do":
+        if self.peek() != "not":
+            self.fail("'not' after a form of 'do'")
+        self.i += 1
+        base = self.verb.get(self.peek())
+        if base is None or base[0].pl != self.peek() or base[0].kind in ("be", "do"):
+            self.fail("a bare verb after 'not'")
+        self.i += 1
+        if base[0].obj:
+            self.np(subject=False)
+    elif verb.obj:
+        self.np(subject=False)
 
 
+# %% ../../../nbs/24_agreement_corpus.ipynb #ccb5f22f
 def label(words: str | Sequence[str], lexicon: Lexicon | None = None, source: str | None = None) -> tuple[VerbLabel, ...]:
     """Parse a sentence (or a prefix and its continuation) with the grammar and label every agreeing verb.
 
@@ -377,6 +397,7 @@ def label(words: str | Sequence[str], lexicon: Lexicon | None = None, source: st
     return tuple(p.labels)
 
 
+# %% ../../../nbs/24_agreement_corpus.ipynb #612ae36a
 @dataclass(frozen=True)
 class AgreementResult:
     """The verdict of `agrees`.
@@ -400,6 +421,7 @@ class AgreementResult:
         return self.status == "agrees"
 
 
+# %% ../../../nbs/24_agreement_corpus.ipynb #64700ef7
 def agrees(words: str | Sequence[str], lexicon: Lexicon | None = None, source: str | None = None,
            strict: bool = False) -> AgreementResult:
     """Does every verb in a (generated) sentence agree with its subject?
@@ -443,9 +465,9 @@ def agrees(words: str | Sequence[str], lexicon: Lexicon | None = None, source: s
                                f"subject {w[b.subject_index]!r} at position {b.subject_index} is {b.subject_number}")
     return AgreementResult("agrees", verbs)
 
-# %% ../../../nbs/24_agreement_corpus.ipynb #d151d52f
-SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
 
+# %% ../../../nbs/24_agreement_corpus.ipynb #3edbe0fd
+SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
 
 class WordVocab:
     """Word ↔ id for word-level models: the specials first, then every lexicon word in sorted order, so the
@@ -464,10 +486,9 @@ class WordVocab:
         self.stoi = {w: i for i, w in enumerate(self.itos)}
         self.name = name
 
-    @classmethod
-    def from_lexicon(cls, lexicon: Lexicon | None = None, name: str = "word-level") -> "WordVocab":
-        "The vocabulary of every word the grammar can produce."
-        return cls((lexicon or default_lexicon()).words, name)
+    pad_id = property(lambda self: self.stoi["<pad>"])
+    bos_id = property(lambda self: self.stoi["<bos>"])
+    eos_id = property(lambda self: self.stoi["<eos>"])
 
     def __len__(self) -> int:
         return len(self.itos)
@@ -475,42 +496,55 @@ class WordVocab:
     def __contains__(self, word: str) -> bool:
         return word in self.stoi
 
-    pad_id = property(lambda self: self.stoi["<pad>"])
-    bos_id = property(lambda self: self.stoi["<bos>"])
-    eos_id = property(lambda self: self.stoi["<eos>"])
 
-    def encode(self, words: Sequence[str], bos: bool = False) -> list[int]:
-        """Ids of `words` (with `<bos>` first if asked).
-
-        Raises
-        ------
-        ValueError
-            If a word is not in the vocabulary (naming the word and this vocabulary).
-        """
-        try:
-            ids = [self.stoi[w] for w in words]
-        except KeyError as e:
-            raise ValueError(f"the {self.name} vocabulary lacks the word {e.args[0]!r}") from None
-        return [self.bos_id] + ids if bos else ids
-
-    def decode(self, ids: Iterable[int]) -> list[str]:
-        "Words of `ids`."
-        return [self.itos[int(i)] for i in ids]
-
-    def encode_corpus(self, sentences: Iterable[Sentence]) -> np.ndarray:
-        """One stream for LM training: `<bos> w₁ … .` for each sentence, concatenated.
-
-        Returns
-        -------
-        ndarray of int64, [n_tokens]
-        """
-        out = []
-        for s in sentences:
-            out.append(self.bos_id)
-            out.extend(self.stoi[w] for w in s.words)
-        return np.asarray(out, dtype=np.int64)
+# %% ../../../nbs/24_agreement_corpus.ipynb #22bcde02
+@patch(cls_method=True)
+def from_lexicon(cls: WordVocab, lexicon: Lexicon | None = None, name: str = "word-level") -> "WordVocab":
+    "The vocabulary of every word the grammar can produce."
+    return cls((lexicon or default_lexicon()).words, name)
 
 
+# %% ../../../nbs/24_agreement_corpus.ipynb #55bab09e
+@patch
+def encode(self: WordVocab, words: Sequence[str], bos: bool = False) -> list[int]:
+    """Ids of `words` (with `<bos>` first if asked).
+
+    Raises
+    ------
+    ValueError
+        If a word is not in the vocabulary (naming the word and this vocabulary).
+    """
+    try:
+        ids = [self.stoi[w] for w in words]
+    except KeyError as e:
+        raise ValueError(f"the {self.name} vocabulary lacks the word {e.args[0]!r}") from None
+    return [self.bos_id] + ids if bos else ids
+
+
+# %% ../../../nbs/24_agreement_corpus.ipynb #f30d100a
+@patch
+def decode(self: WordVocab, ids: Iterable[int]) -> list[str]:
+    "Words of `ids`."
+    return [self.itos[int(i)] for i in ids]
+
+
+# %% ../../../nbs/24_agreement_corpus.ipynb #4dbdb9e4
+@patch
+def encode_corpus(self: WordVocab, sentences: Iterable[Sentence]) -> np.ndarray:
+    """One stream for LM training: `<bos> w₁ … .` for each sentence, concatenated.
+
+    Returns
+    -------
+    ndarray of int64, [n_tokens]
+    """
+    out = []
+    for s in sentences:
+        out.append(self.bos_id)
+        out.extend(self.stoi[w] for w in s.words)
+    return np.asarray(out, dtype=np.int64)
+
+
+# %% ../../../nbs/24_agreement_corpus.ipynb #fbb943a5
 def single_token_ids(tokenizer, words: Sequence[str] | None = None, name: str | None = None,
                      leading_space: bool = True, lexicon: Lexicon | None = None) -> dict[str, int]:
     """The one token id of each verb form, checking that the tokeniser neither splits nor lacks any.
@@ -563,3 +597,4 @@ def single_token_ids(tokenizer, words: Sequence[str] | None = None, name: str | 
             raise ValueError(f"tokenizer {name!r} lacks the verb form {w!r} (unknown token)")
         out[w] = ids[0]
     return out
+

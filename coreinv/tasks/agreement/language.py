@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import inflect
+from fastcore.basics import patch
+
 
 # %% auto #0
 __all__ = ['FUNCTION_WORDS', 'CONSTRUCTIONS', 'NO_ATTRACTOR', 'NUMBERS', 'Noun', 'Verb', 'Lexicon', 'build_lexicon',
@@ -65,7 +67,7 @@ _ADVERBS = "certainly probably clearly apparently definitely surely obviously re
 _MATRIX_VERBS = "said thought knew believed claimed hoped noticed suspected admitted announced".split()
 _CONJUNCTIONS = "and but because while although".split()
 
-# %% ../../../nbs/23_agreement_language.ipynb #e2d737de
+# %% ../../../nbs/23_agreement_language.ipynb #b20d1e34
 @dataclass(frozen=True)
 class Noun:
     """A noun with its two number forms and its animacy.
@@ -85,6 +87,7 @@ class Noun:
         return self.sg if number == "sg" else self.pl
 
 
+# %% ../../../nbs/23_agreement_language.ipynb #0832cdf8
 @dataclass(frozen=True)
 class Verb:
     """A verb with its agreeing forms and the noun classes it takes.
@@ -112,6 +115,7 @@ class Verb:
         return self.sg if number == "sg" else self.pl
 
 
+# %% ../../../nbs/23_agreement_language.ipynb #d20fb610
 @dataclass(frozen=True)
 class Lexicon:
     """The words of the agreement grammar, in fixed order (sampling is reproducible), with a check that no
@@ -162,20 +166,29 @@ class Lexicon:
                 seen[w] = cat
         object.__setattr__(self, "_category", seen)
 
-    def category(self, word: str) -> str | None:
-        "The category of `word` ('noun', 'verb', ...), or None if the lexicon lacks it."
-        return self._category.get(word)
 
-    @property
-    def words(self) -> list[str]:
-        "Every word the grammar can produce, sorted (the word-level vocabulary without specials)."
-        return sorted(self._category)
-
-    def verb_forms(self) -> list[str]:
-        "Every agreeing verb form (is, are, was, were, has, have, ...), in lexicon order."
-        return [w for v in self.verbs for w in (v.sg, v.pl)]
+# %% ../../../nbs/23_agreement_language.ipynb #c3483397
+@patch
+def category(self: Lexicon, word: str) -> str | None:
+    "The category of `word` ('noun', 'verb', ...), or None if the lexicon lacks it."
+    return self._category.get(word)
 
 
+# %% ../../../nbs/23_agreement_language.ipynb #49bfbc8f
+@patch(as_prop=True)
+def words(self: Lexicon) -> list[str]:
+    "Every word the grammar can produce, sorted (the word-level vocabulary without specials)."
+    return sorted(self._category)
+
+
+# %% ../../../nbs/23_agreement_language.ipynb #42b0fc1e
+@patch
+def verb_forms(self: Lexicon) -> list[str]:
+    "Every agreeing verb form (is, are, was, were, has, have, ...), in lexicon order."
+    return [w for v in self.verbs for w in (v.sg, v.pl)]
+
+
+# %% ../../../nbs/23_agreement_language.ipynb #a4dd7b42
 FUNCTION_WORDS = ("the", "a", "an", "that", "not", ".")
 
 
@@ -214,6 +227,7 @@ def build_lexicon(animate: Sequence[str] = _ANIMATE, inanimate: Sequence[str] = 
                    tuple(matrix_verbs), tuple(conjunctions))
 
 
+# %% ../../../nbs/23_agreement_language.ipynb #89eab114
 @functools.lru_cache(maxsize=1)
 def default_lexicon() -> Lexicon:
     """The module's lexicon (built once): about 300 nouns, 80 verbs, 60 adjectives.
@@ -225,7 +239,8 @@ def default_lexicon() -> Lexicon:
     """
     return build_lexicon()
 
-# %% ../../../nbs/23_agreement_language.ipynb #94703775
+
+# %% ../../../nbs/23_agreement_language.ipynb #3e309806
 CONSTRUCTIONS = ("simple", "adverb", "pp", "subj_rc", "obj_rc", "obj_rc_no_that", "within_obj_rc",
                  "vp_coord", "sent_comp")
 NO_ATTRACTOR = ("simple", "adverb")
@@ -234,6 +249,7 @@ NUMBERS = ("sg", "pl")
 
 def _other(number: str) -> str:
     return "pl" if number == "sg" else "sg"
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,9 +311,11 @@ class Sentence:
                            self.subject_number, self.attractor_number, self)
 
 
+# %% ../../../nbs/23_agreement_language.ipynb #cef7620c
 def _to_text(words: Sequence[str]) -> str:
     s = " ".join(words).replace(" .", ".")
     return s[:1].upper() + s[1:]
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,7 +351,8 @@ class MinimalPair:
         "'SS', 'SP', 'PS', 'PP', or 'S'/'P' without an attractor."
         return self.sentence.cell
 
-# %% ../../../nbs/23_agreement_language.ipynb #5d437148
+
+# %% ../../../nbs/23_agreement_language.ipynb #e5608479
 class _Generator:
     "Samples sentences of one lexicon with one `random.Random`; every choice is over a fixed-order tuple."
 
@@ -351,97 +370,109 @@ class _Generator:
         self.L = L
         self.flip = {f: v.form(_other(n)) for v in L.verbs for n, f in (("sg", v.sg), ("pl", v.pl))}
 
-    def noun(self, number: str, animate: bool | None = None) -> str:
-        if animate is None:
-            animate = self.r.random() < 0.5
-        return self.r.choice(self.nouns[animate]).form(number)
 
-    def obj(self, cls: str | None) -> list[str]:
-        "An object NP: 'the'/'a' + noun of class `cls`, number random."
-        animate = None if cls in (None, "any") else cls == "animate"
-        number = self.r.choice(NUMBERS)
-        noun = self.noun(number, animate)
-        det = "the" if number == "pl" or self.r.random() < 0.7 else "an" if noun[0] in "aeiou" else "a"
-        return [det, noun]
+# %% ../../../nbs/23_agreement_language.ipynb #d8d91e36
+@patch
+def noun(self: _Generator, number: str, animate: bool | None = None) -> str:
+    if animate is None:
+        animate = self.r.random() < 0.5
+    return self.r.choice(self.nouns[animate]).form(number)
 
-    def vp(self, number: str, animate: bool, verb: Verb | None = None) -> list[str]:
-        "A verb phrase whose first word agrees with a subject of `number`; the complement follows the verb."
-        r = self.r
-        if verb is None:
-            kind, pool = r.choices(self.kinds[animate], self.kind_w[animate])[0]
-            verb = r.choice(pool)
-        out = [verb.form(number)]
-        if verb.kind == "be":
-            if r.random() < 0.1:
-                out.append("not")
-            if r.random() < 0.75:
-                out.append(r.choice(self.adj[animate]))
-            else:
-                out += [r.choice(self.L.prepositions)] + self.obj(None)
-        elif verb.kind == "do":
-            base = r.choice(self.base)
-            out += ["not", base.pl] + (self.obj(base.obj) if base.obj else [])
-        elif verb.obj:
-            out += self.obj(verb.obj)
-        return out
+@patch
+def obj(self: _Generator, cls: str | None) -> list[str]:
+    "An object NP: 'the'/'a' + noun of class `cls`, number random."
+    animate = None if cls in (None, "any") else cls == "animate"
+    number = self.r.choice(NUMBERS)
+    noun = self.noun(number, animate)
+    det = "the" if number == "pl" or self.r.random() < 0.7 else "an" if noun[0] in "aeiou" else "a"
+    return [det, noun]
 
-    def continuation(self, words: list[str], agreeing: list[int]) -> None:
-        "Append '(conj the N [P the N2] [ADV] VP)*' and '.', recording the new agreeing verbs."
-        r = self.r
-        while r.random() < self.p_continue:
-            number, animate = r.choice(NUMBERS), r.random() < 0.5
-            words += [r.choice(self.L.conjunctions), "the", self.noun(number, animate)]
-            if r.random() < 0.3:
-                words += [r.choice(self.L.prepositions), "the", self.noun(r.choice(NUMBERS))]
-            if r.random() < 0.1:
-                words.append(r.choice(self.L.adverbs))
-            agreeing.append(len(words))
-            words += self.vp(number, animate)
-        words.append(".")
-
-    def sentence(self, construction: str, s: str, a: str | None) -> Sentence:
-        "One sentence of `construction` with subject number `s` and attractor number `a`."
-        r, L = self.r, self.L
-        v2 = None
-        if construction in ("simple", "adverb", "pp"):
-            animate = r.random() < 0.5
-            w = ["the", self.noun(s, animate)]
-            if construction == "adverb":
-                w.append(r.choice(L.adverbs))
-            elif construction == "pp":
-                w += [r.choice(L.prepositions), "the", self.noun(a)]
-            agreeing = [len(w)]
-            w += self.vp(s, animate)
-        elif construction == "subj_rc":                  # the N that V_rel the N2 V
-            rel = r.choice(self.trans)
-            w = ["the", self.noun(s, True), "that", rel.form(s), "the", self.noun(a, rel.obj == "animate")]
-            agreeing = [3, len(w)]
-            w += self.vp(s, True)
-        elif construction in ("obj_rc", "obj_rc_no_that", "within_obj_rc"):   # the N (that) the N2 V_rel V
-            # within_obj_rc: the target is V_rel, its subject N2 has number s, the outer noun N number a
-            head_n, inner_n = (a, s) if construction == "within_obj_rc" else (s, a)
-            rel = r.choice(self.trans)
-            head_animate = rel.obj == "animate"
-            w = ["the", self.noun(head_n, head_animate)] + ([] if construction == "obj_rc_no_that" else ["that"])
-            w += ["the", self.noun(inner_n, True), rel.form(inner_n)]
-            agreeing = [len(w) - 1, len(w)]
-            w += self.vp(head_n, head_animate)
-        elif construction == "vp_coord":                 # the N V the N2 and V2
-            v1 = r.choice(self.trans)
-            w = ["the", self.noun(s, True), v1.form(s), "the", self.noun(a, v1.obj == "animate"), "and"]
-            agreeing = [2, len(w)]
-            v2 = len(w)
-            w += self.vp(s, True)
-        elif construction == "sent_comp":                # the N2 said (that) the N V
-            w = ["the", self.noun(a, True), r.choice(L.matrix_verbs)] + (["that"] if r.random() < 0.3 else [])
-            animate = r.random() < 0.5
-            w += ["the", self.noun(s, animate)]
-            agreeing = [len(w)]
-            w += self.vp(s, animate)
+@patch
+def vp(self: _Generator, number: str, animate: bool, verb: Verb | None = None) -> list[str]:
+    "A verb phrase whose first word agrees with a subject of `number`; the complement follows the verb."
+    r = self.r
+    if verb is None:
+        kind, pool = r.choices(self.kinds[animate], self.kind_w[animate])[0]
+        verb = r.choice(pool)
+    out = [verb.form(number)]
+    if verb.kind == "be":
+        if r.random() < 0.1:
+            out.append("not")
+        if r.random() < 0.75:
+            out.append(r.choice(self.adj[animate]))
         else:
-            raise ValueError(f"unknown construction {construction!r}; expected one of {CONSTRUCTIONS}")
-        vi = agreeing[0] if construction in ("within_obj_rc", "vp_coord") else agreeing[-1]
-        self.continuation(w, agreeing)
-        target = vi if v2 is None else v2
-        return Sentence(tuple(w), construction, s, None if construction in NO_ATTRACTOR else a, vi, v2,
-                        tuple(agreeing), self.flip[w[target]])
+            out += [r.choice(self.L.prepositions)] + self.obj(None)
+    elif verb.kind == "do":
+        base = r.choice(self.base)
+        out += ["not", base.pl] + (self.obj(base.obj) if base.obj else [])
+    elif verb.obj:
+        out += self.obj(verb.obj)
+    return out
+
+
+# %% ../../../nbs/23_agreement_language.ipynb #ca9fa067
+@patch
+def continuation(self: _Generator, words: list[str], agreeing: list[int]) -> None:
+    "Append '(conj the N [P the N2] [ADV] VP)*' and '.', recording the new agreeing verbs."
+    r = self.r
+    while r.random() < self.p_continue:
+        number, animate = r.choice(NUMBERS), r.random() < 0.5
+        words += [r.choice(self.L.conjunctions), "the", self.noun(number, animate)]
+        if r.random() < 0.3:
+            words += [r.choice(self.L.prepositions), "the", self.noun(r.choice(NUMBERS))]
+        if r.random() < 0.1:
+            words.append(r.choice(self.L.adverbs))
+        agreeing.append(len(words))
+        words += self.vp(number, animate)
+    words.append(".")
+
+
+# %% ../../../nbs/23_agreement_language.ipynb #49acd2b6
+@patch
+def sentence(self: _Generator, construction: str, s: str, a: str | None) -> Sentence:
+    "One sentence of `construction` with subject number `s` and attractor number `a`."
+    r, L = self.r, self.L
+    v2 = None
+    if construction in ("simple", "adverb", "pp"):
+        animate = r.random() < 0.5
+        w = ["the", self.noun(s, animate)]
+        if construction == "adverb":
+            w.append(r.choice(L.adverbs))
+        elif construction == "pp":
+            w += [r.choice(L.prepositions), "the", self.noun(a)]
+        agreeing = [len(w)]
+        w += self.vp(s, animate)
+    elif construction == "subj_rc":                  # the N that V_rel the N2 V
+        rel = r.choice(self.trans)
+        w = ["the", self.noun(s, True), "that", rel.form(s), "the", self.noun(a, rel.obj == "animate")]
+        agreeing = [3, len(w)]
+        w += self.vp(s, True)
+    elif construction in ("obj_rc", "obj_rc_no_that", "within_obj_rc"):   # the N (that) the N2 V_rel V
+        # within_obj_rc: the target is V_rel, its subject N2 has number s, the outer noun N number a
+        head_n, inner_n = (a, s) if construction == "within_obj_rc" else (s, a)
+        rel = r.choice(self.trans)
+        head_animate = rel.obj == "animate"
+        w = ["the", self.noun(head_n, head_animate)] + ([] if construction == "obj_rc_no_that" else ["that"])
+        w += ["the", self.noun(inner_n, True), rel.form(inner_n)]
+        agreeing = [len(w) - 1, len(w)]
+        w += self.vp(head_n, head_animate)
+    elif construction == "vp_coord":                 # the N V the N2 and V2
+        v1 = r.choice(self.trans)
+        w = ["the", self.noun(s, True), v1.form(s), "the", self.noun(a, v1.obj == "animate"), "and"]
+        agreeing = [2, len(w)]
+        v2 = len(w)
+        w += self.vp(s, True)
+    elif construction == "sent_comp":                # the N2 said (that) the N V
+        w = ["the", self.noun(a, True), r.choice(L.matrix_verbs)] + (["that"] if r.random() < 0.3 else [])
+        animate = r.random() < 0.5
+        w += ["the", self.noun(s, animate)]
+        agreeing = [len(w)]
+        w += self.vp(s, animate)
+    else:
+        raise ValueError(f"unknown construction {construction!r}; expected one of {CONSTRUCTIONS}")
+    vi = agreeing[0] if construction in ("within_obj_rc", "vp_coord") else agreeing[-1]
+    self.continuation(w, agreeing)
+    target = vi if v2 is None else v2
+    return Sentence(tuple(w), construction, s, None if construction in NO_ATTRACTOR else a, vi, v2,
+                    tuple(agreeing), self.flip[w[target]])
+

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import time
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
@@ -17,20 +16,21 @@ import torch
 import torch.nn.functional as F
 
 from ...keys import digest, function_key
-from ...models import load_local
+from ...models import _quiet_transformers, bpe_tokenizer, load_local
 from ...runtime import cache_dir
 from .language import CONSTRUCTIONS, MinimalPair, Sentence
 from .corpus import WordVocab, corpus, test_pairs
 from ...train import HookedTransformer, _save_atomic, make_transformer, train
+from fastcore.basics import patch
+
 
 # %% auto #0
 __all__ = ['POSITIONAL', 'ARCHS', 'LMSpec', 'held_out_pairs', 'training_corpus', 'build_lm', 'cache_key', 'lm_folder', 'lm_info',
            'LSTMLM', 'TrainedLM', 'train_or_load']
 
-# %% ../../../nbs/25_agreement_models.ipynb #69268dec
+# %% ../../../nbs/25_agreement_models.ipynb #c2a0e036
 POSITIONAL = ("standard", "rotary")
 ARCHS = ("hooked", "lstm", "bpe", "gpt2")
-
 
 @dataclass(frozen=True)
 class LMSpec:
@@ -114,6 +114,7 @@ class LMSpec:
                 raise ValueError(f"LMSpec {self.name!r}: unknown construction {c!r}; "
                                  f"known: {', '.join(CONSTRUCTIONS)}")
 
+
 # %% ../../../nbs/25_agreement_models.ipynb #d7467361
 def held_out_pairs(spec: LMSpec) -> dict[str, list[MinimalPair]]:
     """The minimal pairs kept out of `spec`'s corpus: `n_test_per_cell` per number cell of each construction.
@@ -143,7 +144,7 @@ def training_corpus(spec: LMSpec) -> list[Sentence]:
     held = [p for ps in held_out_pairs(spec).values() for p in ps]
     return corpus(spec.n_sentences, spec.corpus_seed, spec.constructions, holdout=held)
 
-# %% ../../../nbs/25_agreement_models.ipynb #0e617491
+# %% ../../../nbs/25_agreement_models.ipynb #e941c897
 def build_lm(spec: LMSpec, d_vocab: int | None = None) -> HookedTransformer:
     """The untrained `HookedTransformer` of `spec` (seeded by `spec.seed`).
 
@@ -162,6 +163,7 @@ def build_lm(spec: LMSpec, d_vocab: int | None = None) -> HookedTransformer:
                             seed=spec.seed, act_fn="gelu", positional=spec.positional).eval()
 
 
+# %% ../../../nbs/25_agreement_models.ipynb #49f2c157
 def cache_key(spec: LMSpec) -> str:
     """12 hex digits naming `spec`'s trained model: the spec, the code of its kind's training path and the versions.
 
@@ -183,6 +185,7 @@ def cache_key(spec: LMSpec) -> str:
                   *(f"{p}=={metadata.version(p)}" for p in ("torch", "transformer-lens", "transformers", "tokenizers")))
 
 
+# %% ../../../nbs/25_agreement_models.ipynb #3f817917
 def lm_folder(spec: LMSpec) -> Path:
     """Where `train_or_load` keeps `spec`'s model: `cache_dir("lm", f"{spec.name}-{spec.arch}-{cache_key(spec)}")`.
 
@@ -200,6 +203,7 @@ def lm_folder(spec: LMSpec) -> Path:
     return cache_dir("lm", f"{spec.name}-{spec.arch}-{cache_key(spec)}")
 
 
+# %% ../../../nbs/25_agreement_models.ipynb #32e0f49b
 def _batches(stream: np.ndarray, starts: np.ndarray, n_ctx: int, batch: int):
     stream_t = torch.from_numpy(stream)
     starts_t = torch.from_numpy(starts)
@@ -211,9 +215,11 @@ def _batches(stream: np.ndarray, starts: np.ndarray, n_ctx: int, batch: int):
     return batch_fn
 
 
+
 def _lm_loss(model, tokens):
     logits = model(tokens[:, :-1])                           # [batch, n_ctx, d_vocab]
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
+
 
 
 def lm_info(spec: LMSpec) -> dict | None:
@@ -231,12 +237,14 @@ def lm_info(spec: LMSpec) -> dict | None:
     return json.loads(f.read_text()) if f.exists() else None
 
 
+# %% ../../../nbs/25_agreement_models.ipynb #8daad724
 def _load_state(model: torch.nn.Module, folder: Path) -> bool:
     "Load `folder/model.pt` into `model` if it is there; False if the model is not trained yet."
     final = folder / "model.pt"
     if final.exists():
         model.load_state_dict(torch.load(final, map_location="cpu", weights_only=True))
     return final.exists()
+
 
 
 def _fit_and_save(model, stream: np.ndarray, bos: int, spec: LMSpec, loss_fn, folder: Path, desc: str,
@@ -261,6 +269,7 @@ def _fit_and_save(model, stream: np.ndarray, bos: int, spec: LMSpec, loss_fn, fo
     return info
 
 
+
 def _fit_words(model, spec: LMSpec, folder: Path, progress: bool, desc: str) -> tuple:
     "Load a word-level `model` from `folder`, else train it on `spec`'s corpus and save it there."
     vocab = WordVocab.from_lexicon()
@@ -270,23 +279,18 @@ def _fit_words(model, spec: LMSpec, folder: Path, progress: bool, desc: str) -> 
     return model.eval(), vocab
 
 
+
 def _train_hooked(spec: LMSpec, folder: Path, progress: bool) -> tuple:
     "The word-level `HookedTransformer` of `spec` (`build_lm`) and its `WordVocab`, cached in `folder`."
     return _fit_words(build_lm(spec, len(WordVocab.from_lexicon())), spec, folder, progress, f"train {spec.name}")
 
-# %% ../../../nbs/25_agreement_models.ipynb #08d8a518
+
+# %% ../../../nbs/25_agreement_models.ipynb #30656e90
 def _bpe_tokenizer(texts: list[str], vocab_size: int):
-    # every lexicon word, with its leading space, in the training text: each becomes one token
+    "`coreinv.models.bpe_tokenizer` on `texts` and every lexicon word, with its leading space: each becomes one token."
     words = " " + " ".join(WordVocab.from_lexicon().itos[4:])
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-    tok = Tokenizer(models.BPE(unk_token=None))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<unk>", "<bos>", "<eos>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tok.train_from_iterator(texts + [words] * 4, trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<bos>", eos_token="<eos>")
+    return bpe_tokenizer(texts + [words] * 4, vocab_size)
+
 
 
 def _train_gpt2(spec: LMSpec, folder: Path, progress: bool) -> tuple:
@@ -304,7 +308,7 @@ def _train_gpt2(spec: LMSpec, folder: Path, progress: bool) -> tuple:
         loss_fn = lambda m, x: F.cross_entropy(m(x[:, :-1]).logits.reshape(-1, cfg.vocab_size), x[:, 1:].reshape(-1))
 
         def save(folder):
-            with _quiet_hf():
+            with _quiet_transformers():
                 model.save_pretrained(folder)
                 tok.save_pretrained(folder)
         _fit_and_save(model, _bpe_stream(tok, texts), tok.bos_token_id, spec, loss_fn, folder,
@@ -314,31 +318,22 @@ def _train_gpt2(spec: LMSpec, folder: Path, progress: bool) -> tuple:
     return model, model.tokenizer
 
 
+
 def _bpe_stream(tok, texts: list[str]) -> np.ndarray:
     "The token ids of `texts`, each sentence after `<bos>`."
     bos = tok.bos_token_id
     return np.asarray([t for x in texts for t in [bos] + tok.encode(x, add_special_tokens=False)], dtype=np.int64)
 
 
-@contextmanager
-def _quiet_hf():
-    "Silence transformers' logging and progress bars inside the block (restored after)."
-    from transformers.utils import logging as hf_logging
-    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(verbosity)
-        if bars: hf_logging.enable_progress_bar()
 
 
+
+# %% ../../../nbs/25_agreement_models.ipynb #d64daec7
 def _train_bpe(spec: LMSpec, folder: Path, progress: bool) -> tuple:
     "The `HookedTransformer` of `spec` on BPE tokens (`build_lm`) and its tokenizer, cached in `folder`."
     from transformers import PreTrainedTokenizerFast
     if (folder / "tokenizer.json").exists() and (folder / "model.pt").exists():
-        with _quiet_hf():
+        with _quiet_transformers():
             tok = PreTrainedTokenizerFast.from_pretrained(folder)
         model = build_lm(spec, len(tok))
         _load_state(model, folder)
@@ -348,9 +343,10 @@ def _train_bpe(spec: LMSpec, folder: Path, progress: bool) -> tuple:
     model = build_lm(spec, len(tok))
     _fit_and_save(model, _bpe_stream(tok, texts), tok.bos_token_id, spec, _lm_loss, folder,
                   f"train {spec.name} (BPE)", progress, tokenizer=f"BPE {len(tok)}")
-    with _quiet_hf():
+    with _quiet_transformers():
         tok.save_pretrained(folder)
     return model.eval(), tok
+
 
 # %% ../../../nbs/25_agreement_models.ipynb #78da321b
 class LSTMLM(torch.nn.Module):
@@ -395,7 +391,7 @@ def _train_lstm(spec: LMSpec, folder: Path, progress: bool) -> tuple:
         model = LSTMLM(len(WordVocab.from_lexicon()), spec.d_model, spec.n_layers)
     return _fit_words(model, spec, folder, progress, f"train {spec.name} (LSTM)")
 
-# %% ../../../nbs/25_agreement_models.ipynb #a24c0102
+# %% ../../../nbs/25_agreement_models.ipynb #04a9b5ca
 _TRAIN = dict(hooked=_train_hooked, lstm=_train_lstm, bpe=_train_bpe, gpt2=_train_gpt2)   # one per ARCHS
 
 
@@ -432,6 +428,7 @@ class TrainedLM:
         return train_or_load, (self.spec, False)
 
 
+# %% ../../../nbs/25_agreement_models.ipynb #112a0064
 def train_or_load(spec: LMSpec, progress: bool = True) -> TrainedLM:
     """The trained model of `spec`, of its kind `spec.arch`: loaded from the cache, else trained (resumably) and cached.
 
@@ -456,3 +453,4 @@ def train_or_load(spec: LMSpec, progress: bool = True) -> TrainedLM:
     folder = lm_folder(spec)
     model, tokenizer = _TRAIN[spec.arch](spec, folder, progress)
     return TrainedLM(spec, model, tokenizer, folder, json.loads((folder / "info.json").read_text()))
+

@@ -210,7 +210,7 @@ def interchange_sources(pairs: Sequence[MinimalPair], seed: int = 0) -> np.ndarr
         out[i] = rng.choice(pool)
     return out
 
-# %% ../../../nbs/29_agreement_real.ipynb #e2533200
+# %% ../../../nbs/29_agreement_real.ipynb #ce6aafb8
 def interchange_accuracy(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str, core: Core | None,
                          sources: np.ndarray) -> dict:
     """The share of pairs whose verb follows the source's subject number when `core`'s coordinates come from the source.
@@ -245,6 +245,7 @@ def interchange_accuracy(am: AgreementModel, pairs: Sequence[MinimalPair], hook:
     return dict(iia=float(ok.mean()), iia_mean=float(np.mean(list(by.values()))), by=by, n=len(pairs))
 
 
+# %% ../../../nbs/29_agreement_real.ipynb #cd28208f
 def das_axis(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str, sources: np.ndarray, steps: int = 60,
              lr: float = 1e-2, seed: int = 0, progress: bool = False) -> Core:
     """The 1-D DAS direction at `hook`'s last token, trained on `pairs` and their sources, signed like `oriented_axis`.
@@ -279,6 +280,7 @@ def das_axis(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str, source
         core = fit_das(am.model, hook, batches, loss, k=1, steps=steps, lr=lr, seed=seed, progress=progress)
     z, s = core.coords(acts)[:, 0].numpy(), _signs(pairs)
     return core if z[s > 0].mean() >= z[s < 0].mean() else Core(-core.basis, core.mean)
+
 
 # %% ../../../nbs/29_agreement_real.ipynb #267973b5
 def first_verb_flip(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str, core: Core | None,

@@ -87,10 +87,11 @@ def subject_starts(am: AgreementModel, pairs: Sequence[MinimalPair]) -> np.ndarr
     return out
 
 
-# %% ../../../nbs/28_agreement_rulers.ipynb #ae80b07a
+# %% ../../../nbs/28_agreement_rulers.ipynb #5fc13fe0
 def _boot_idx(groups: dict, n_boot: int, seed: int) -> dict:
     rng = np.random.default_rng(seed)
     return {g: rng.integers(0, len(ix), (n_boot, len(ix))) for g, ix in groups.items()}
+
 
 
 def retention(intact: np.ndarray, ablated: np.ndarray, signs: np.ndarray, groups: dict, n_boot: int = 1000,
@@ -139,6 +140,7 @@ def retention(intact: np.ndarray, ablated: np.ndarray, signs: np.ndarray, groups
     return dict(by=by, mean=float(np.mean([v["mean"] for v in by.values()])), lo=float(lo), hi=float(hi))
 
 
+# %% ../../../nbs/28_agreement_rulers.ipynb #ec434a00
 def construction_groups(pairs: Sequence[MinimalPair], skip: Sequence[str] = UNTRAINED) -> dict:
     """Index arrays of the pairs of each construction, in `CONSTRUCTIONS` order, without `skip`.
 
@@ -157,7 +159,7 @@ def construction_groups(pairs: Sequence[MinimalPair], skip: Sequence[str] = UNTR
     return {c: ix for c, ix in out.items() if len(ix)}
 
 
-# %% ../../../nbs/28_agreement_rulers.ipynb #26bb9d18
+# %% ../../../nbs/28_agreement_rulers.ipynb #d1a0d0be
 def ablation_scores(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str, core: Core | None, mode: str,
                     starts: np.ndarray | None, intact: np.ndarray | None = None, n_boot: int = 1000,
                     seed: int = 0, min_intact: float = 0.6) -> dict:
@@ -210,6 +212,7 @@ def ablation_scores(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str,
                 retained=retention(intact, m, s, groups, n_boot, seed), retained_untrained=apart, excluded=low)
 
 
+# %% ../../../nbs/28_agreement_rulers.ipynb #1f226b49
 def necessary_k(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str, ace: ACE, starts: np.ndarray | None,
                 ks: Sequence[int] = (1, 2, 3), acc: float = 0.6, margin: float = 0.1,
                 intact: np.ndarray | None = None) -> dict:
@@ -286,7 +289,7 @@ def choose_layer(retained: Sequence[float], thr: float = 0.1) -> dict:
                 late_testable=bool(n - 2 >= n / 2))
 
 
-# %% ../../../nbs/28_agreement_rulers.ipynb #ec13f9ab
+# %% ../../../nbs/28_agreement_rulers.ipynb #c60d8398
 def partial_labels(words: str | Sequence[str]) -> tuple[VerbLabel, ...]:
     """The agreeing verbs the grammar labels in `words` before its parse stops.
 
@@ -312,6 +315,7 @@ def partial_labels(words: str | Sequence[str]) -> tuple[VerbLabel, ...]:
     return tuple(p.labels)
 
 
+# %% ../../../nbs/28_agreement_rulers.ipynb #a033c665
 def _verb_numbers(am: AgreementModel) -> dict:
     "token id → 'sg' / 'pl' of every verb form `am` has a token for."
     out = {}
@@ -322,11 +326,13 @@ def _verb_numbers(am: AgreementModel) -> dict:
     return out
 
 
+
 def _reversed_mass(pr: Tensor, num: dict, subject_number: str) -> float:
     "The next-token probability `pr` [d_vocab] on verb forms of the other number than `subject_number`, as a share of all verb forms'."
     ids = torch.tensor(sorted(num))
     wrong = torch.tensor([num[int(t)] != subject_number for t in ids])
     return float(pr[ids][wrong].sum() / pr[ids].sum())
+
 
 
 def _tally_first_verbs(found: Sequence[str | None], pairs: Sequence[MinimalPair], mass: Sequence[float],
@@ -336,6 +342,7 @@ def _tally_first_verbs(found: Sequence[str | None], pairs: Sequence[MinimalPair]
     agr = np.array([f == p.subject_number for f, p in zip(found, pairs)], dtype=bool)
     return dict(reversed=float(rev.mean()), agreeing=float(agr.mean()), no_verb=float((~rev & ~agr).mean()),
                 mass_reversed=float(np.mean(mass)), n=len(pairs), examples=examples)
+
 
 
 def flip_first_verb(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str, core: Core | None,

@@ -77,7 +77,7 @@ def necessity_level(intact: float, floor: float, chance: float, nec_share: float
         return None
     return floor + (1 - nec_share) * (intact - floor)
 
-# %% ../../../nbs/22_grokking_cores.ipynb #0cdc82a3
+# %% ../../../nbs/22_grokking_cores.ipynb #a0fda334
 @dataclass
 class LayerCore:
     """What `core_at` measured at one hook: the ACE and PCA core dimensions, spectra and participation ratios.
@@ -137,10 +137,12 @@ class LayerCore:
                     ace_kmax=self.ace_dims.ks[-1], pca_kmax=self.pca_dims.ks[-1])
 
 
+# %% ../../../nbs/22_grokking_cores.ipynb #c46f5318
 def _answer_logprobs(p: int):
     def readout(out, x):                                               # out: [batch, pos, d_vocab_out]
         return out[:, -1, :p].log_softmax(-1)                          # [batch, p]
     return readout
+
 
 
 def core_at(model, data: ModularData, hook: str, level_suff: float = 0.95, level_nec: float | None = None,
@@ -215,7 +217,8 @@ def core_at(model, data: ModularData, hook: str, level_suff: float = 0.95, level
     return LayerCore(hook, test_acc, dims["ace"], dims["pca"], ace.singular_values_.numpy(), pca_sv.numpy(),
                      ace, acts, split, intact, floor, level_nec)
 
-# %% ../../../nbs/22_grokking_cores.ipynb #1043d94c
+
+# %% ../../../nbs/22_grokking_cores.ipynb #06662249
 def pick_steps(steps, n: int, include=()) -> list[int]:
     """About `n` of `steps`, evenly spread in log(1 + step), plus the nearest available to each of `include`.
 
@@ -247,6 +250,7 @@ def pick_steps(steps, n: int, include=()) -> list[int]:
     return sorted(chosen)
 
 
+# %% ../../../nbs/22_grokking_cores.ipynb #5a736a22
 @dataclass
 class CoreSnapshot:
     """What `track_cores` measured at one snapshot: per layer, the core and its shift operator's spectrum.
@@ -297,6 +301,7 @@ class CoreSnapshot:
                                                      self.core_freqs or [None] * len(self.cores), self.eigvals)])
 
 
+# %% ../../../nbs/22_grokking_cores.ipynb #75810600
 def operator_k(n_freqs: int, k_sufficient: int | None, rank: int) -> int:
     """The dimension to fit the shift operator in: 2m for m frequencies in the core (capped at `rank`).
 
@@ -319,10 +324,12 @@ def operator_k(n_freqs: int, k_sufficient: int | None, rank: int) -> int:
     return min(k_sufficient or rank, rank)
 
 
+# %% ../../../nbs/22_grokking_cores.ipynb #b7bdeb78
 def _track_chunk(cfg, snapshots: dict, data: ModularData, **kw) -> list[CoreSnapshot]:
     "`track_cores` on a model rebuilt from `cfg`, in this process (a worker of `track_cores(processes=n)`)."
     from transformer_lens import HookedTransformer
     return track_cores(HookedTransformer(cfg), snapshots, data, processes=1, progress=False, **kw)
+
 
 
 def track_cores(model, snapshots: dict, data: ModularData, hooks: list[str] | None = None,
@@ -390,6 +397,7 @@ def track_cores(model, snapshots: dict, data: ModularData, hooks: list[str] | No
     return rows
 
 
+# %% ../../../nbs/22_grokking_cores.ipynb #ba6a0623
 def column(rows: list, value: Callable, missing=np.nan) -> np.ndarray:
     """`value(row)` for every row as a float array (None → `missing`), e.g. `column(track, lambda r: r.step)`.
 
@@ -409,6 +417,7 @@ def column(rows: list, value: Callable, missing=np.nan) -> np.ndarray:
     return np.array([missing if value(r) is None else value(r) for r in rows], dtype=float)
 
 
+# %% ../../../nbs/22_grokking_cores.ipynb #3b192a69
 def row_at(rows: list[CoreSnapshot], step: int | None) -> CoreSnapshot | None:
     """The row whose step is nearest `step` (None if `step` is None).
 
@@ -425,6 +434,7 @@ def row_at(rows: list[CoreSnapshot], step: int | None) -> CoreSnapshot | None:
     return min(rows, key=lambda r: abs(r.step - step))
 
 
+# %% ../../../nbs/22_grokking_cores.ipynb #c4f03c09
 def row_after(rows: list[CoreSnapshot], step: int | None) -> CoreSnapshot | None:
     """The first row at or after `step` (None if `step` is None or no row is that late).
 
@@ -442,6 +452,7 @@ def row_after(rows: list[CoreSnapshot], step: int | None) -> CoreSnapshot | None
     return next((r for r in rows if r.step >= step), None)
 
 
+# %% ../../../nbs/22_grokking_cores.ipynb #ded7e072
 def core_layer(row: CoreSnapshot) -> int:
     """The layer whose sufficient ACE core is smallest in `row` (None counts as k_max + 1; ties: the later layer).
 

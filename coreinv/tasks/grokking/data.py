@@ -15,7 +15,7 @@ from torch import Tensor
 # %% auto #0
 __all__ = ['ModularData', 'modular_data', 'answer_forward', 'answer_logits', 'answer_accuracy', 'evaluate']
 
-# %% ../../../nbs/22_grokking_data.ipynb #3c36a1d2
+# %% ../../../nbs/22_grokking_data.ipynb #19b773de
 @dataclass(frozen=True)
 class ModularData:
     """All p² pairs of a + b mod p as tokens [a, b, =], their answers, and a seeded train/test split.
@@ -49,6 +49,7 @@ class ModularData:
     def d_vocab(self) -> int: return self.p + 1
 
 
+# %% ../../../nbs/22_grokking_data.ipynb #cdf6b7e8
 def modular_data(p: int, train_frac: float, seed: int = 0) -> ModularData:
     """The a + b mod p task with a `train_frac` share of the p² pairs (chosen by `seed`) for training.
 
@@ -86,12 +87,14 @@ def modular_data(p: int, train_frac: float, seed: int = 0) -> ModularData:
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
     return ModularData(p, tokens, labels, perm[:n_train].sort().values, perm[n_train:].sort().values)
 
-# %% ../../../nbs/22_grokking_data.ipynb #d696bb2c
+
+# %% ../../../nbs/22_grokking_data.ipynb #b0413394
 def _layer_norm(x: Tensor, ln) -> Tensor:
     "TransformerLens's LayerNorm (centre, scale, then w and b when it has them), written out."
     x = x - x.mean(-1, keepdim=True)
     x = x / (x.pow(2).mean(-1, keepdim=True) + ln.eps).sqrt()
     return x * ln.w + ln.b if hasattr(ln, "w") else x
+
 
 
 def answer_forward(model, tokens: Tensor) -> Tensor:
@@ -146,6 +149,7 @@ def answer_forward(model, tokens: Tensor) -> Tensor:
     return x @ model.W_U + model.b_U                                         # [batch, d_vocab_out]
 
 
+# %% ../../../nbs/22_grokking_data.ipynb #4f4e14c9
 def answer_logits(model, data: ModularData, rows: Tensor | None = None, batch_size: int = 4096) -> Tensor:
     """Logits over the p residues at the `=` position, for `rows` of `data` (default: all p² pairs), by `answer_forward`.
 
@@ -168,6 +172,7 @@ def answer_logits(model, data: ModularData, rows: Tensor | None = None, batch_si
     return torch.cat(outs).float().cpu()                                     # [batch, p]
 
 
+# %% ../../../nbs/22_grokking_data.ipynb #dc8f0167
 def answer_accuracy(p: int) -> Callable[[Tensor, Tensor], float]:
     """A metric for `coreinv.ablate.hook_evaluator`: accuracy of the `=` answer, from logits and tokens [a, b, =].
 
@@ -187,6 +192,7 @@ def answer_accuracy(p: int) -> Callable[[Tensor, Tensor], float]:
     return metric
 
 
+# %% ../../../nbs/22_grokking_data.ipynb #16db185e
 @torch.no_grad()
 def evaluate(model, data: ModularData) -> dict[str, float]:
     """Train/test loss and accuracy at the `=` position.
@@ -213,3 +219,4 @@ def evaluate(model, data: ModularData) -> dict[str, float]:
     out["max_logit"] = float(lg.max())
     out["collapse_share"] = float((lg.softmax(-1).gather(1, y[:, None]) == 1.0).float().mean())
     return out
+

@@ -13,14 +13,15 @@ from .training import log_columns, weight_decay_time
 
 # %% auto #0
 __all__ = ['plot_accuracy', 'plot_dip_signature', 'mark_weight_decay_multiple', 'plot_core_dims', 'plot_eigs', 'plot_scaling',
-           'plot_inflation', 'add_weight_decay_axis']
+           'plot_inflation', 'plot_unit_distance', 'add_weight_decay_axis']
 
-# %% ../../../nbs/22_grokking_figures.ipynb #93940152
+# %% ../../../nbs/22_grokking_figures.ipynb #81dae874
 def _mark_times(ax, times, lw: float = 1, labelled: bool = True):
     "Vertical lines at τ_fit (dotted) and τ_grok (dashed), where `times` has them."
     for key, style, label in (("tau_fit", ":", "τ_fit"), ("tau_grok", "--", "τ_grok")):
         if times.get(key) is not None:
             ax.axvline(times[key], color="k", ls=style, lw=lw, **({"label": label} if labelled else {}))
+
 
 
 def plot_accuracy(ax, log, times: dict, omega: float, wd_multiple: float | None = None, level: float = 0.95):
@@ -59,7 +60,7 @@ def plot_accuracy(ax, log, times: dict, omega: float, wd_multiple: float | None 
     return ax
 
 
-
+# %% ../../../nbs/22_grokking_figures.ipynb #dcdc67ca
 def plot_dip_signature(ax, log, times: dict):
     """Under an accuracy trace: what happens in a dip (gradient norm, largest answer logit, weight norm, softmax collapse).
 
@@ -105,6 +106,8 @@ def plot_dip_signature(ax, log, times: dict):
               title=f"float32 softmax collapse {words}", title_fontsize=7)
     return ax, tw
 
+
+# %% ../../../nbs/22_grokking_figures.ipynb #e4613cbf
 def mark_weight_decay_multiple(ax, log, omega: float, tau_grok: int | None, multiple: float):
     """A dash-dotted line at the step where the weight-decay time ∫ lr·ω dt reaches `multiple` × its value at τ_grok.
 
@@ -134,9 +137,11 @@ def mark_weight_decay_multiple(ax, log, omega: float, tau_grok: int | None, mult
                       label=f"{multiple:g} τ_grok in ∫lr·ω")
 
 
+# %% ../../../nbs/22_grokking_figures.ipynb #f78d55c9
 def _k_curve(rows: list, dims, which: str) -> np.ndarray:
     "k_sufficient or k_necessary of `dims(row)` per row, None drawn as the largest k tried + 1 (`CoreDims.bounded`)."
     return column(rows, lambda r: dims(r).bounded(which)[0])
+
 
 
 def _plot_k(ax, st, rows: list, dims, which: str, style: str, label: str):
@@ -149,10 +154,12 @@ def _plot_k(ax, st, rows: list, dims, which: str, style: str, label: str):
     return line
 
 
+
 def _censored_key(ax):
     "One legend entry for the censored markers of `_plot_k` (if any were drawn)."
     if any(l.get_label() == "_censored" for l in ax.lines):
         ax.plot([], [], "^", ms=8, mfc="none", color="grey", ls="none", label="censored k (> k_max), at k_max + 1")
+
 
 
 def plot_core_dims(ax, rows: list, log, times: dict, layer: int):
@@ -201,6 +208,7 @@ def plot_core_dims(ax, rows: list, log, times: dict, layer: int):
     return ax
 
 
+# %% ../../../nbs/22_grokking_figures.ipynb #ed9d7b5a
 def plot_eigs(ax, row, p: int, title: str, layer: int):
     """Shift-operator eigenvalues of one snapshot on the complex plane, with the unit circle and 2πf/p rays.
 
@@ -238,6 +246,7 @@ def plot_eigs(ax, row, p: int, title: str, layer: int):
     return ax
 
 
+# %% ../../../nbs/22_grokking_figures.ipynb #9aba4b4f
 def plot_scaling(axes, rows: list[dict], fit: dict):
     """τ_grok against ω (one line per p) and against p (one line per ω), with the fitted law; censored runs hollow.
 
@@ -270,6 +279,7 @@ def plot_scaling(axes, rows: list[dict], fit: dict):
     return axes
 
 
+# %% ../../../nbs/22_grokking_figures.ipynb #b296cfff
 def plot_inflation(ax, rows: list, times: dict, p: int, layer: int):
     """Sufficient and necessary ACE k of one layer and the number of active Fourier frequencies, against step.
 
@@ -305,6 +315,51 @@ def plot_inflation(ax, rows: list, times: dict, p: int, layer: int):
     return ax
 
 
+# %% ../../../nbs/22_grokking_figures.ipynb #2c0087ee
+def plot_unit_distance(axes, runs: dict, thr_unit: float, linthresh: float = 1.0):
+    """Mean ||λ| − 1| of the shift operator against k (left) and over training at k = 2m (right), one colour per seed.
+
+    A rotation has every eigenvalue on the unit circle. Left: at the last stable snapshot ("after"; the last
+    snapshot where there is none) the distance when the operator is fitted in the top k ACE directions, k = 1, 2,
+    ...; dashed, the k = 2m the claim uses. Right: the distance at k = 2m over training (symlog step axis),
+    τ_grok dashed, the claim's threshold dotted.
+
+    Parameters
+    ----------
+    axes : pair of matplotlib Axes
+    runs : dict
+        Seed -> dict with `track` (`track_cores`'s rows, with `dev_by_k`), `after` (a row or None), `L` (the
+        layer's index into each row's lists) and `times` (`grokking_times`'s result).
+    thr_unit : float
+        The unit-circle claim's threshold.
+    linthresh : float
+        The symlog axis's linear range (the snapshot spacing).
+
+    Returns
+    -------
+    The axes.
+    """
+    for i, (seed, r) in enumerate(runs.items()):
+        row, L = r["after"] or r["track"][-1], r["L"]
+        dev = row.dev_by_k[L]
+        axes[0].plot(np.arange(1, len(dev) + 1), dev, "-o", ms=3, color=f"C{i}", label=f"seed {seed}, step {row.step}")
+        axes[0].axvline(row.rot_k[L], color=f"C{i}", ls="--", lw=0.8)
+        axes[1].plot(column(r["track"], lambda q: q.step), column(r["track"], lambda q: q.rotations[L]["unit_dev"]),
+                     "-o", ms=3, color=f"C{i}", label=f"seed {seed}")
+        if r["times"]["tau_grok"] is not None:
+            axes[1].axvline(r["times"]["tau_grok"], color=f"C{i}", ls="--", lw=0.8)
+    axes[0].set(xlabel="k (top ACE directions the operator is fitted in)", ylabel="mean ||λ| − 1|")
+    axes[0].set_title("Distance from the unit circle against k (dashed: k = 2m)", fontsize=10)
+    axes[1].axhline(thr_unit, color="grey", ls=":", lw=0.8)
+    axes[1].set_xscale("symlog", linthresh=linthresh)
+    axes[1].set_xlim(left=0)
+    axes[1].set(xlabel="step", ylabel="mean ||λ| − 1| at k = 2m")
+    axes[1].set_title("Distance from the unit circle over training (dashed: τ_grok)", fontsize=10)
+    for ax in axes:
+        ax.legend(fontsize=8)
+    return axes
+
+# %% ../../../nbs/22_grokking_figures.ipynb #f7e8ffa5
 def add_weight_decay_axis(ax, log, omega: float):
     """A top x axis in weight-decay time ∫ lr·ω dt (`weight_decay_time`) over an axis whose x is the step.
 
@@ -328,3 +383,4 @@ def add_weight_decay_axis(ax, log, omega: float):
     sec.set_xlabel("weight-decay time ∫ lr·ω dt", fontsize=8)
     sec.tick_params(labelsize=7)
     return sec
+

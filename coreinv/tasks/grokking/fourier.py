@@ -17,7 +17,7 @@ from ...identify import fit_operator
 # %% auto #0
 __all__ = ['fourier_basis', 'frequency_power', 'active_frequencies', 'code_frequencies', 'shift_operator', 'rotation_summary']
 
-# %% ../../../nbs/22_grokking_fourier.ipynb #1b72a20d
+# %% ../../../nbs/22_grokking_fourier.ipynb #746fb894
 def fourier_basis(p: int) -> Tensor:
     """Orthonormal real Fourier basis on Z_p: rows [1, cos f=1, sin f=1, cos f=2, ...], float64 [p, p].
 
@@ -39,6 +39,7 @@ def fourier_basis(p: int) -> Tensor:
     return torch.stack(rows)                                        # [p, p]
 
 
+# %% ../../../nbs/22_grokking_fourier.ipynb #675a481e
 def frequency_power(W: Tensor) -> np.ndarray:
     """Share of the non-constant power of `W` [p, d] at each frequency f = 1..⌊p/2⌋ (sums to 1).
 
@@ -68,6 +69,7 @@ def frequency_power(W: Tensor) -> np.ndarray:
     return (power / power.sum()).numpy()                            # [p//2]
 
 
+# %% ../../../nbs/22_grokking_fourier.ipynb #9a49df33
 def active_frequencies(power, times_uniform: float = 2.0) -> list[int]:
     """Frequencies f (1-based) whose power share is ≥ `times_uniform` × the uniform share 1/len(power), strongest first.
 
@@ -99,12 +101,14 @@ def active_frequencies(power, times_uniform: float = 2.0) -> list[int]:
     return [int(i) + 1 for i in idx[np.argsort(-power[idx], kind="stable")]]
 
 
+# %% ../../../nbs/22_grokking_fourier.ipynb #6a3d17cf
 def _pair_codes(Z, p: int) -> Tensor:
     "`Z` as a float64 CPU tensor, checked to hold one code per pair (a, b): [p*p, k], row a*p + b."
     Z = torch.as_tensor(Z).detach().to("cpu", torch.float64)
     if Z.ndim != 2 or Z.shape[0] != p * p:
         raise ValueError(f"Z must be [p*p, k] = [{p * p}, k] with row a*p+b for (a, b), got {tuple(Z.shape)}")
     return Z
+
 
 
 def code_frequencies(Z: Tensor, p: int, times_uniform: float = 2.0) -> list[int]:
@@ -133,7 +137,7 @@ def code_frequencies(Z: Tensor, p: int, times_uniform: float = 2.0) -> list[int]
     return active_frequencies(frequency_power(W), times_uniform)
 
 
-# %% ../../../nbs/22_grokking_fourier.ipynb #e434b8e5
+# %% ../../../nbs/22_grokking_fourier.ipynb #83c64566
 def shift_operator(Z: Tensor, p: int, ridge: float = 0.0) -> Tensor:
     """Least-squares operator A with code(a+1, b) ≈ A code(a, b), from codes `Z` [p*p, k] (row a*p+b).
 
@@ -161,6 +165,7 @@ def shift_operator(Z: Tensor, p: int, ridge: float = 0.0) -> Tensor:
     return fit_operator(Z, Z[nxt], ridge=ridge)                          # [k, k]
 
 
+# %% ../../../nbs/22_grokking_fourier.ipynb #53d7918b
 def rotation_summary(eigvals, p: int, freqs) -> dict:
     """Mean ||λ|−1|, and how far the rotation angles arg λ are from 2πf/p for the strongest key frequencies `freqs`.
 
@@ -208,3 +213,4 @@ def rotation_summary(eigvals, p: int, freqs) -> dict:
             "angle_err": err, "coverage_err": max(per_f.values()) if per_f else float("nan"),
             "rotation_err": rot_err,
             "angle_err_by_f": per_f}
+

@@ -25,7 +25,7 @@ from .cores import LayerCore, core_at, necessity_level
 __all__ = ['PositionNecessity', 'position_means', 'position_evaluator', 'necessity_at', 'planted_copies', 'LayerCoreEvery',
            'core_at_every_position']
 
-# %% ../../../nbs/22_grokking_necessity.ipynb #b7e1a006
+# %% ../../../nbs/22_grokking_necessity.ipynb #d1d6e8ee
 @dataclass
 class PositionNecessity:
     """What `necessity_at` measured: the core dimensions with the ablation at `positions`, and the floor.
@@ -58,6 +58,7 @@ class PositionNecessity:
                     k_sufficient=self.dims.k_sufficient, k_necessary=self.dims.k_necessary, kmax=self.dims.ks[-1])
 
 
+# %% ../../../nbs/22_grokking_necessity.ipynb #d055372f
 def position_means(model: nn.Module, hook: str, tokens: Tensor) -> Tensor:
     """The mean activation at `hook` of each position over `tokens`: [pos, d].
 
@@ -82,6 +83,7 @@ def position_means(model: nn.Module, hook: str, tokens: Tensor) -> Tensor:
     return act.double().mean(0).cpu()
 
 
+# %% ../../../nbs/22_grokking_necessity.ipynb #5a7ae8be
 def position_evaluator(model: nn.Module, hook: str, tokens: Tensor, metric: Callable, means: Tensor,
                        positions: str | int = "all") -> Callable:
     """`evaluate(core, mode)`: `metric(model(tokens), tokens)` with the core's directions kept or removed at `positions`.
@@ -123,6 +125,7 @@ def position_evaluator(model: nn.Module, hook: str, tokens: Tensor, metric: Call
     return evaluate
 
 
+# %% ../../../nbs/22_grokking_necessity.ipynb #a2b04c88
 def necessity_at(model: nn.Module, hook: str, fit_tokens: Tensor, tokens: Tensor, metric: Callable,
                  cores: ACE | Callable[[int], Core], ks, chance: float, positions: str | int = "all",
                  nec_share: float = 0.9, level_suff: float = 0.95) -> PositionNecessity:
@@ -171,6 +174,7 @@ def necessity_at(model: nn.Module, hook: str, fit_tokens: Tensor, tokens: Tensor
                      -math.inf if level is None else level, thresholds="raw", higher_is_better=True,
                      search="bisect", progress=False)
     return PositionNecessity(positions, dims, intact, floor, level)
+
 
 # %% ../../../nbs/22_grokking_necessity.ipynb #b7e1a012
 class _Copies(nn.Module):

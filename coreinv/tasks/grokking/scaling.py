@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from pathlib import Path
 
 import numpy as np
 
 from ...keys import digest, function_key
+from ...runtime import atomic_write
 from ...train import map_processes
 from .data import modular_data
 from .training import grokking_times, log_columns, make_modular_model, train_modular
@@ -22,7 +22,7 @@ from .training import grokking_times, log_columns, make_modular_model, train_mod
 __all__ = ['fit_scaling_law', 'predict_tau', 'grokking_sweep', 'cell_tau', 'seed_noise', 'two_point_slopes', 'exponent_check',
            'scaling_power']
 
-# %% ../../../nbs/22_grokking_scaling.ipynb #0b34aeee
+# %% ../../../nbs/22_grokking_scaling.ipynb #ef482bdc
 def _tobit(X: np.ndarray, y: np.ndarray, censored: np.ndarray) -> np.ndarray:
     "Maximum-likelihood coefficients of y = X b + σ ε, ε ~ N(0, 1), with `censored` rows known only as > y."
     from scipy.optimize import minimize
@@ -37,6 +37,7 @@ def _tobit(X: np.ndarray, y: np.ndarray, censored: np.ndarray) -> np.ndarray:
     res = minimize(nll, np.r_[b0, np.log(s0)], method="L-BFGS-B",       # σ ≥ 1e-3: an exact fit stays finite
                    bounds=[(None, None)] * X.shape[1] + [(np.log(1e-3), np.log(10.0))])
     return res.x[:-1]
+
 
 
 def fit_scaling_law(omega, p, tau, censored=None, how: str = "budget", n_boot: int = 2000,
@@ -107,6 +108,7 @@ def fit_scaling_law(omega, p, tau, censored=None, how: str = "budget", n_boot: i
             "boot_skipped": skipped, "resid_sd": float(resid.std(ddof=min(3, len(y) - 1)) if len(y) > 3 else 0.0)}
 
 
+# %% ../../../nbs/22_grokking_scaling.ipynb #93f779bd
 def predict_tau(fit: dict, omega, p) -> np.ndarray:
     """τ predicted by a `fit_scaling_law` result at weight decay `omega` and modulus `p`.
 
@@ -123,6 +125,7 @@ def predict_tau(fit: dict, omega, p) -> np.ndarray:
         exp(c − α log ω − β log p).
     """
     return np.exp(fit["c"] - fit["alpha"] * np.log(omega) - fit["beta"] * np.log(p))
+
 
 # %% ../../../nbs/22_grokking_scaling.ipynb #e799ec91
 def _sweep_run(omega: float, p: int, seed: int, max_steps: int, train_frac: float, lr: float, betas, log_every: int,
@@ -208,14 +211,11 @@ def grokking_sweep(omegas, ps, seeds=(0,), *, max_steps: int, train_frac: float 
     rows = {k: json.loads(f.read_text()) for k, f in enumerate(paths) if k not in todo}
     for k, row in zip(todo, run([jobs[k] for k in todo]) if todo else []):
         rows[k] = row
-        paths[k].parent.mkdir(parents=True, exist_ok=True)
-        tmp = paths[k].with_name(f"{paths[k].name}.{os.getpid()}.tmp")  # then rename: never half a row
-        tmp.write_text(json.dumps(row))
-        os.replace(tmp, paths[k])
+        atomic_write(paths[k], lambda f: f.write(json.dumps(row).encode()))   # never half a row
     return [rows[k] for k in range(len(jobs))]
 
 
-# %% ../../../nbs/22_grokking_scaling.ipynb #7962bb1e
+# %% ../../../nbs/22_grokking_scaling.ipynb #c10fc2fe
 def cell_tau(rows, omega: float, p: int) -> tuple[float, bool]:
     """The geometric-mean τ of one (ω, p) cell of a sweep, and whether any of its runs was censored.
 
@@ -239,6 +239,7 @@ def cell_tau(rows, omega: float, p: int) -> tuple[float, bool]:
             any(r["censored"] for r in c))
 
 
+# %% ../../../nbs/22_grokking_scaling.ipynb #6af8e06f
 def seed_noise(rows) -> dict | None:
     """The seed noise of log τ_grok in a sweep, pooled over its cells with at least two grokked seeds.
 
@@ -267,6 +268,7 @@ def seed_noise(rows) -> dict | None:
     return dict(sigma=sigma, C=C, n_cells=n_cells)
 
 
+# %% ../../../nbs/22_grokking_scaling.ipynb #93a85657
 def two_point_slopes(sweep, confound, omega: float, p_lo: int, p_c: int) -> dict:
     """β read from two moduli at one ω: at the same training fraction, and on the same training pairs.
 
@@ -300,7 +302,8 @@ def two_point_slopes(sweep, confound, omega: float, p_lo: int, p_c: int) -> dict
     return dict(tau_lo=t_lo, tau_same_frac=t_f, tau_same_n=t_n, beta_same_frac=slope(t_f),
                 beta_same_n=slope(t_n), is_bound=int(c_lo or c_f or c_n))
 
-# %% ../../../nbs/22_grokking_scaling.ipynb #c9a0f002
+
+# %% ../../../nbs/22_grokking_scaling.ipynb #308a15ab
 def exponent_check(fit: dict | None, name: str) -> bool:
     """The scaling-law check: the 95% interval of exponent `name` contains 1 and excludes 0.
 
@@ -328,6 +331,7 @@ def exponent_check(fit: dict | None, name: str) -> bool:
     return bool(lo <= 1 <= hi and (lo > 0 or hi < 0))
 
 
+# %% ../../../nbs/22_grokking_scaling.ipynb #8bd4f75b
 def scaling_power(omegas, ps, n_seeds: int, sigma: float, *, C: float, max_steps: int, how: str = "budget",
                   n_draws: int = 200, n_boot: int = 200, seed: int = 0) -> dict:
     """How often a sweep of this grid passes `exponent_check` when τ = C/(ωp) holds exactly, up to log-normal seed noise.
@@ -378,3 +382,4 @@ def scaling_power(omegas, ps, n_seeds: int, sigma: float, *, C: float, max_steps
     return {"alpha": float(a.mean()), "beta": float(b.mean()), "both": float((a & b).mean()),
             "censored_share": float(np.mean(cens_share)), "n_draws": n_draws, "n_runs": int(om.size),
             "sigma": float(sigma)}
+

@@ -22,7 +22,7 @@ __all__ = ['first_step', 'grokking_times', 'stable_steps', 'stays_grokked', 'wei
            'make_modular_model', 'train_modular', 'log_columns', 'stablemax_cross_entropy', 'grokking_run',
            'train_seeds']
 
-# %% ../../../nbs/22_grokking_training.ipynb #5f8a4df4
+# %% ../../../nbs/22_grokking_training.ipynb #247f4c40
 def first_step(steps, values, level: float) -> int | None:
     """The first of `steps` whose value is ≥ `level`, or None if none is.
 
@@ -49,6 +49,7 @@ def first_step(steps, values, level: float) -> int | None:
     return int(steps[hit[0]]) if hit.size else None
 
 
+# %% ../../../nbs/22_grokking_training.ipynb #97f4eb55
 def grokking_times(log: dict, test_level: float = 0.95) -> dict:
     """τ_fit (train acc = 100%), τ_grok (test acc ≥ `test_level`) and the delay ratio from a training log.
 
@@ -79,6 +80,7 @@ def grokking_times(log: dict, test_level: float = 0.95) -> dict:
     return {"tau_fit": fit, "tau_grok": grok, "delay_ratio": ratio}
 
 
+# %% ../../../nbs/22_grokking_training.ipynb #435b4ee8
 def stable_steps(log: dict, window: int, level: float = 0.95, column: str = "test_acc") -> np.ndarray:
     """For each logged step, whether `column` stays ≥ `level` at every logged step within ± `window` of it.
 
@@ -109,6 +111,7 @@ def stable_steps(log: dict, window: int, level: float = 0.95, column: str = "tes
     return np.array([ok[np.abs(st - s) <= window].all() for s in st])
 
 
+# %% ../../../nbs/22_grokking_training.ipynb #2e6f9fa3
 def stays_grokked(log: dict, tau_grok: int | None, level: float = 0.95, window: int = 0) -> dict:
     """How well a run holds its solution after τ_grok + `window`: the lowest logged test accuracy there, and the share at ≥ `level`.
 
@@ -141,6 +144,7 @@ def stays_grokked(log: dict, tau_grok: int | None, level: float = 0.95, window: 
             "final_test_acc": float(acc[-1]), "window": int(window)}
 
 
+# %% ../../../nbs/22_grokking_training.ipynb #ea26b38b
 def weight_decay_time(log: dict, omega: float) -> np.ndarray:
     """Weight-decay time ∫ lr(t)·ω dt at each logged step (trapezoid rule over the logged steps).
 
@@ -172,6 +176,7 @@ def weight_decay_time(log: dict, omega: float) -> np.ndarray:
     return np.r_[0.0, np.cumsum(np.diff(st) * (lr[1:] + lr[:-1]) / 2)] * omega
 
 
+# %% ../../../nbs/22_grokking_training.ipynb #f4ad02fd
 def crossing_step(steps, values, level: float) -> float | None:
     """The first step at which `values` comes down to ≤ `level`, interpolated linearly between the two measured steps around it.
 
@@ -197,7 +202,8 @@ def crossing_step(steps, values, level: float) -> float | None:
     if i == 0: return float(st[0])
     return float(st[i - 1] + (v[i - 1] - level) / (v[i - 1] - v[i]) * (st[i] - st[i - 1]))
 
-# %% ../../../nbs/22_grokking_training.ipynb #f0f03b22
+
+# %% ../../../nbs/22_grokking_training.ipynb #910f278a
 def make_modular_model(p: int, n_layers: int = 2, d_model: int = 128, n_heads: int = 4, d_mlp: int = 512,
                        seed: int = 0, normalization_type: str | None = "LN", device="cpu"):
     """A `HookedTransformer` for a + b mod p: p + 1 tokens (residues and `=`), context 3 (`coreinv.train.make_transformer`).
@@ -222,10 +228,12 @@ def make_modular_model(p: int, n_layers: int = 2, d_model: int = 128, n_heads: i
                             normalization_type=normalization_type, device=device)
 
 
+# %% ../../../nbs/22_grokking_training.ipynb #c866b9a0
 def _grad_norm(model) -> float:
     "The global 2-norm of the gradients of the update just made (NaN before the first)."
     g = [p.grad.detach().double().pow(2).sum() for p in model.parameters() if p.grad is not None]
     return float(torch.stack(g).sum().sqrt()) if g else float("nan")
+
 
 
 def train_modular(model, data: ModularData, steps: int, *, lr: float = 3e-3, weight_decay: float = 1.0,
@@ -305,6 +313,7 @@ def train_modular(model, data: ModularData, steps: int, *, lr: float = 3e-3, wei
     return log, dict(sorted(snaps.items()))
 
 
+# %% ../../../nbs/22_grokking_training.ipynb #c214cbdb
 def log_columns(log) -> dict[str, np.ndarray]:
     """The columns of a `TrainLog` (or a list of row dicts) as NumPy arrays.
 
@@ -321,6 +330,7 @@ def log_columns(log) -> dict[str, np.ndarray]:
     rows = log.rows if hasattr(log, "rows") else list(log)
     keys = [k for k in rows[-1]] if rows else []
     return {k: np.array([r.get(k, np.nan) for r in rows], dtype=float) for k in keys}
+
 
 # %% ../../../nbs/22_grokking_training.ipynb #4f56d53b
 def stablemax_cross_entropy(logits: Tensor, labels: Tensor) -> Tensor:
@@ -340,7 +350,7 @@ def stablemax_cross_entropy(logits: Tensor, labels: Tensor) -> Tensor:
     s = torch.where(logits >= 0, logits.clamp(min=0) + 1, 1 / (1 - logits.clamp(max=0)))    # [batch, n_classes]
     return (s.sum(-1).log() - s.gather(1, labels[:, None])[:, 0].log()).mean()
 
-# %% ../../../nbs/22_grokking_training.ipynb #62c21370
+# %% ../../../nbs/22_grokking_training.ipynb #70a88223
 def grokking_run(p: int, train_frac: float, steps: int, seed: int, *, model_kw: dict | None = None,
                  checkpoint_dir: str | Path | None = None, **train_kw) -> dict:
     """One grokking run from `seed`: `modular_data`, `make_modular_model`, `train_modular`; picklable results.
@@ -369,6 +379,7 @@ def grokking_run(p: int, train_frac: float, steps: int, seed: int, *, model_kw: 
     return dict(log=log.rows, snapshots=snaps, state=model.state_dict())
 
 
+# %% ../../../nbs/22_grokking_training.ipynb #c3f9c3ba
 def train_seeds(seeds, p: int, train_frac: float, steps: int, *, model_kw: dict | None = None,
                 checkpoint_dir: str | Path | None = None, processes: int | None = None, progress: bool = True,
                 **train_kw) -> dict[int, dict]:
@@ -419,3 +430,4 @@ def train_seeds(seeds, p: int, train_frac: float, steps: int, *, model_kw: dict 
         runs[s] = dict(data=modular_data(p, train_frac, seed=s), model=model.eval(), log=TrainLog(r["log"]),
                        snapshots=r["snapshots"])
     return runs
+

@@ -66,13 +66,14 @@ def windows(vocab, sentences, n_windows: int, n_ctx: int):
     toks = np.stack([stream[s:s + n_ctx] for s in starts])
     return torch.as_tensor(toks), starts
 
-# %% ../../../nbs/37_tasks_sae_gap.ipynb #d8357f2b
+# %% ../../../nbs/37_tasks_sae_gap.ipynb #48073330
 def _check_windows(tokens, n_min: int = 3) -> np.ndarray:
     "The windows as an int array [n, T], T ≥ n_min; a ValueError naming the shape otherwise."
     shape = tuple(tokens.shape)
     if len(shape) != 2 or shape[0] < 1 or shape[1] < n_min:
         raise ValueError(f"tokens must be windows [n, T] with n ≥ 1 and T ≥ {n_min}, got shape {shape}")
     return np.asarray(tokens)
+
 
 
 def lm_loss(model, tokens) -> float:
@@ -100,6 +101,7 @@ def lm_loss(model, tokens) -> float:
     return float(-lp.gather(-1, tokens[:, 2:, None]).mean())
 
 
+# %% ../../../nbs/37_tasks_sae_gap.ipynb #b7800194
 def trigram_loss(vocab, train_sentences, tokens, weights=(0.6, 0.3, 0.1)) -> float:
     """Held-out loss (nats) of an interpolated trigram model counted on the training text.
 
@@ -157,7 +159,8 @@ def trigram_loss(vocab, train_sentences, tokens, weights=(0.6, 0.3, 0.1)) -> flo
             nll.append(-np.log(p))
     return float(np.mean(nll))
 
-# %% ../../../nbs/37_tasks_sae_gap.ipynb #6c28d70b
+
+# %% ../../../nbs/37_tasks_sae_gap.ipynb #f4b6aa3d
 def sae_dictionary(sae, r: int, rule: str, X_train) -> SAEDictionary:
     """An SAE's latents as a dictionary of size `r`, kept by `rule` and fitted on the train states.
 
@@ -180,6 +183,7 @@ def sae_dictionary(sae, r: int, rule: str, X_train) -> SAEDictionary:
     return SAEDictionary(sae, r, select=rule).fit(X_train)
 
 
+# %% ../../../nbs/37_tasks_sae_gap.ipynb #5d5345f3
 def dictionary_roster(r: int, saes: Mapping[str, Sequence], X_train, n_rff: int) -> dict:
     """Every dictionary the SAE-gap chapter compares at size `r`: name -> list over seeds, unfitted.
 
@@ -234,6 +238,7 @@ def dictionary_roster(r: int, saes: Mapping[str, Sequence], X_train, n_rff: int)
     return out
 
 
+# %% ../../../nbs/37_tasks_sae_gap.ipynb #667c0123
 def fit_on(dictionary, X, U, Y, rows) -> EDMDc:
     """EDMDc (ridge 1e-8) on a dictionary already fitted, on the triples of the given rows.
 
@@ -253,7 +258,8 @@ def fit_on(dictionary, X, U, Y, rows) -> EDMDc:
     """
     return EDMDc(dictionary, fit_dictionary=False, ridge=1e-8, progress=False).fit(X[rows], U[rows], Y[rows])
 
-# %% ../../../nbs/37_tasks_sae_gap.ipynb #14a970b6
+
+# %% ../../../nbs/37_tasks_sae_gap.ipynb #4de2b400
 def roster_residuals(X, U, Y, train, test, saes: Mapping[str, Sequence], rs, n_rff: int,
                      progress: bool = True) -> dict:
     """The span residual of every dictionary of `dictionary_roster` at each size r: (name, r) -> list over seeds.
@@ -283,6 +289,7 @@ def roster_residuals(X, U, Y, train, test, saes: Mapping[str, Sequence], rs, n_r
     return res
 
 
+# %% ../../../nbs/37_tasks_sae_gap.ipynb #77c7ff86
 def gap_table(res: Mapping, kinds: Sequence[str], rs) -> dict:
     """The SAE gap's numbers per SAE kind and size, from `roster_residuals`' output (seed means).
 
@@ -314,6 +321,7 @@ def gap_table(res: Mapping, kinds: Sequence[str], rs) -> dict:
         for kind in kinds for r in rs}
 
 
+# %% ../../../nbs/37_tasks_sae_gap.ipynb #ecd61f49
 def gap_holds(rows: Mapping, thr_gap: float) -> bool:
     """The gap rule on `gap_table` rows: on every row the smaller SAE residual ≥ thr_gap × max(spectral, random) and > both nulls.
 
@@ -334,6 +342,7 @@ def gap_holds(rows: Mapping, thr_gap: float) -> bool:
                for v in rows.values())
 
 
+# %% ../../../nbs/37_tasks_sae_gap.ipynb #265d55c4
 def rule_ratios(rows: Mapping) -> dict:
     """Per `gap_table` row, how much the selection rule matters: the larger SAE residual of the two rules over the smaller.
 
@@ -350,7 +359,8 @@ def rule_ratios(rows: Mapping) -> dict:
     return {k.removeprefix("SAE "): max(v["sae_variance"], v["sae_frequency"])
             / min(v["sae_variance"], v["sae_frequency"]) for k, v in rows.items()}
 
-# %% ../../../nbs/37_tasks_sae_gap.ipynb #cf327e91
+
+# %% ../../../nbs/37_tasks_sae_gap.ipynb #5ce72e61
 def layer_rate(X, U, Y, n_rff: int, k_max: int, gap_factor: float, Ms, n_splits: int) -> dict:
     """The split-half rate of one layer's spectrum, with k chosen by the gap rule before the rate is measured.
 
@@ -387,6 +397,7 @@ def layer_rate(X, U, Y, n_rff: int, k_max: int, gap_factor: float, Ms, n_splits:
     return dict(k=k, error=err, fit=fit, moduli=np.abs(lam[:k_max + 1]), lifted=(f, FX, U, FY))
 
 
+# %% ../../../nbs/37_tasks_sae_gap.ipynb #49ea128e
 def rate_summary(rate: Mapping) -> dict:
     """`layer_rate` per layer as plain numbers for a results file.
 
@@ -405,6 +416,7 @@ def rate_summary(rate: Mapping) -> dict:
             for l, v in rate.items()}
 
 
+# %% ../../../nbs/37_tasks_sae_gap.ipynb #54c4f05a
 def seed_spectra(dictionaries: Sequence, X, U, Y, train, test, r: int, spread: float = 1.0) -> dict:
     """How far two seeds' spectra lie apart, beside the split-half floor and a change of basis.
 
@@ -433,6 +445,7 @@ def seed_spectra(dictionaries: Sequence, X, U, Y, train, test, r: int, spread: f
     return dict(basis=spectral_distance(a_tr, fit_on(other, X, U, Y, train), k=r),
                 floor=spectral_distance(a_tr, a_te, k=r),
                 cross_seed=spectral_distance(a_tr, fit_on(b, X, U, Y, test), k=r), fit_train=a_tr)
+
 
 # %% ../../../nbs/37_tasks_sae_gap.ipynb #3b91c93d
 def rff_spectral(X, U, Y, rows, r: int, n_rff: int, seed: int) -> SpectralDictionary:
@@ -514,7 +527,7 @@ def intervention_effects(model, tokens, margin, X, U, Y, layer: int, depths, k_r
     return dict(effects=effects, random_sd={d: float(np.std([r[d] for r in rand])) for d in depths},
                 per_unit_removed=per_norm, removed=removed, readout=probe, k=k, modes=idx)
 
-# %% ../../../nbs/37_tasks_sae_gap.ipynb #aefbb2bc
+# %% ../../../nbs/37_tasks_sae_gap.ipynb #bddcaa17
 def penalty_table(X, U, Y, train, test, runs, r: int, *, ce=None, fitted: Mapping | None = None,
                   progress: bool = True, **sae_kw) -> tuple[dict, dict]:
     """TopK SAEs with the invariance penalty at each (λ, seed) of `runs`, scored on the test rows.
@@ -563,6 +576,7 @@ def penalty_table(X, U, Y, train, test, runs, r: int, *, ce=None, fitted: Mappin
     return rows, spectral
 
 
+# %% ../../../nbs/37_tasks_sae_gap.ipynb #7e278fef
 def penalty_closed(rows: Mapping, spectral: Mapping, lam: float) -> dict:
     """Per seed, the share of the gap (unpenalised SAE − spectral on its latents) that λ = `lam` closes.
 
@@ -586,3 +600,4 @@ def penalty_closed(rows: Mapping, spectral: Mapping, lam: float) -> dict:
                            residual_chosen=rl, fvu_0=rows[0.0, s]["fvu"], fvu_chosen=rows[lam, s]["fvu"],
                            l0_chosen=rows[lam, s]["l0"], spectral_same_base=spec)
     return out
+

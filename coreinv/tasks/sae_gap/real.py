@@ -16,7 +16,7 @@ from ...text import TEXTS, documents, model_samples, token_windows
 # %% auto #0
 __all__ = ['SOURCES', 'IOI_NAMES', 'IOI_TEMPLATE', 'LMCalibration', 'lm_calibration', 'ioi_prompts', 'ioi_margin']
 
-# %% ../../../nbs/38_tasks_sae_gap_real.ipynb #95d9e29a
+# %% ../../../nbs/38_tasks_sae_gap_real.ipynb #1a138cf5
 SOURCES = tuple(TEXTS) + ("samples",)
 
 
@@ -44,6 +44,7 @@ class LMCalibration:
                 f"train rows={len(self.train)}, test rows={len(self.test)})")
 
 
+# %% ../../../nbs/38_tasks_sae_gap_real.ipynb #3402a222
 def lm_calibration(model, source: str, n_windows: int, n_ctx: int, *, first_token_id: int | None = None,
                    seed: int = 0, progress: bool = True) -> LMCalibration:
     """Calibration windows from `source` for `model`, half the texts held out as test.
@@ -91,7 +92,8 @@ def lm_calibration(model, source: str, n_windows: int, n_ctx: int, *, first_toke
     w_tr = np.setdiff1d(np.arange(len(toks)), w_te)
     return LMCalibration(toks, window_rows(w_tr, n_ctx - 1), window_rows(w_te, n_ctx - 1), w_te, source)
 
-# %% ../../../nbs/38_tasks_sae_gap_real.ipynb #8af8c2cc
+
+# %% ../../../nbs/38_tasks_sae_gap_real.ipynb #970adeb6
 IOI_NAMES = ("Mary", "John", "Tom", "Anna", "Paul", "Sara", "Mark", "Lucy", "James", "Emma", "David", "Alice")
 IOI_TEMPLATE = "When {a} and {b} went to the store, {b} gave a drink to"
 
@@ -146,6 +148,7 @@ def ioi_prompts(tokenizer, n: int, *, names=IOI_NAMES, template: str = IOI_TEMPL
             torch.tensor([ids[b][0] for _, b in pairs]), used)
 
 
+# %% ../../../nbs/38_tasks_sae_gap_real.ipynb #31b42069
 def ioi_margin(model, tokens, io_ids, s_ids) -> np.ndarray:
     """The logit of the right name minus the wrong one's at the last position, per prompt.
 
@@ -165,3 +168,4 @@ def ioi_margin(model, tokens, io_ids, s_ids) -> np.ndarray:
         lg = model(tokens)[:, -1]
     r = torch.arange(len(tokens))
     return (lg[r, io_ids] - lg[r, s_ids]).double().cpu().numpy()
+
