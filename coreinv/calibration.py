@@ -171,7 +171,8 @@ def collect_triples(model, tokens, layers=None, positions=None, batch_size: int 
     pos = slice(None) if positions is None else positions
     out = {h: [] for h in hooks}
     for s in range(0, len(tokens), batch_size):
-        acts, _ = record_activation(model, hooks, tokens[s:s + batch_size].to(model.cfg.device), pos=pos)
+        acts, _ = record_activation(model, hooks, tokens[s:s + batch_size].to(model.cfg.device), pos=pos,
+                                    stop=True)   # nothing after the last hook is computed
         for h in hooks:
             a = acts[h]                                                 # [batch, n_pos, d_model]
             out[h].append(a.reshape(-1, a.shape[-1]).double().cpu().numpy())
@@ -261,7 +262,7 @@ def check_update(model, tokens, layers=None) -> dict[int, float]:
     known = set(hook_names(model))                                      # resid_mid: not in every block
     names = [n for l in layers for n in (f"blocks.{l}.hook_{h}" for h in ("resid_pre", "attn_out", "resid_mid",
                                                                         "resid_post")) if n in known]
-    cache, _ = record_activation(model, names, tokens.to(model.cfg.device))
+    cache, _ = record_activation(model, names, tokens.to(model.cfg.device), stop=True)
     with torch.no_grad():
         dev = {}
         for l in layers:

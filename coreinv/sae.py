@@ -18,7 +18,7 @@ from .hooks import replace_activation
 
 # %% auto #0
 __all__ = ['SAEConfig', 'SAE', 'auxk_loss', 'SparseAutoencoder', 'sae_metrics', 'invariance_penalty', 'train_sae',
-           'ce_loss_recovered', 'FeatureMatch', 'match_features']
+           'ce_loss_recovered', 'ce_reference', 'FeatureMatch', 'match_features']
 
 # %% ../nbs/33_sae.ipynb #fc718338
 @dataclass
@@ -578,7 +578,8 @@ def train_sae(X, d_sae: int, l1: float = 0.1, steps: int = 500, lr: float = 1e-2
                              batch_size=batch_size, seed=seed, progress=progress).fit(X).sae_
 
 # %% ../nbs/33_sae.ipynb #f9026640
-def ce_loss_recovered(model: nn.Module, hook: str, sae, tokens: Tensor, batch_size: int = 64) -> float:
+def ce_loss_recovered(model: nn.Module, hook: str, sae, tokens: Tensor, batch_size: int = 64,
+                      reference: tuple[float, float] | None = None) -> float:
     """The share of the next-token loss that the SAE's reconstruction recovers when spliced in at `hook`.
 
     (CE_zero − CE_spliced) / (CE_zero − CE_clean): 1 for a perfect reconstruction, 0 for one no
@@ -593,6 +594,9 @@ def ce_loss_recovered(model: nn.Module, hook: str, sae, tokens: Tensor, batch_si
     sae : `SAE`, fitted `SparseAutoencoder` or sae-lens `SAE`
     tokens : int Tensor [batch, pos], pos ≥ 2
     batch_size : int
+    reference : (float, float), optional
+        (CE_clean, CE_zero) of these tokens at this hook, from `ce_reference`: they do not depend on
+        the SAE, so several SAEs scored on the same tokens share them. Computed when None.
 
     Returns
     -------
@@ -605,31 +609,66 @@ def ce_loss_recovered(model: nn.Module, hook: str, sae, tokens: Tensor, batch_si
         hook's width, the spliced loss is not finite, or zero-ablation does not change the loss.
     """
     mod, d_in, dtype, device = _as_sae(sae, "ce_loss_recovered()")
-    if not isinstance(tokens, Tensor) or tokens.ndim != 2 or tokens.shape[1] < 2 or tokens.is_floating_point():
-        raise ValueError(f"tokens must be an integer Tensor [batch, pos ≥ 2], got "
-                         f"{tuple(tokens.shape) if isinstance(tokens, Tensor) else type(tokens).__name__}")
+    _check_lm_tokens(tokens)
 
     def splice(act):                                                     # [batch, pos, d_model]
         _check_width(d_in, act.shape[-1], f"{hook!r}")
         return mod.decode(mod.encode(act.to(device, dtype))).to(act.device, act.dtype)
 
-    def ce(fn=None):
-        total, n = 0.0, 0
-        for s in range(0, len(tokens), batch_size):
-            tb = tokens[s:s + batch_size]
-            with torch.no_grad():
-                if fn is None: logits = model(tb)
-                else:
-                    with replace_activation(model, hook, fn): logits = model(tb)
-            lp = logits[:, :-1].double().log_softmax(-1)                  # [b, pos-1, d_vocab]
-            total -= float(lp.gather(-1, tb[:, 1:, None].to(lp.device)).sum()); n += tb[:, 1:].numel()
-        return total / n
-
-    clean, spliced, zero = ce(), ce(splice), ce(torch.zeros_like)
+    clean, zero = reference if reference is not None else ce_reference(model, hook, tokens, batch_size)
+    spliced = _next_token_ce(model, hook, tokens, splice, batch_size)
     if not np.isfinite(spliced): raise ValueError(f"the spliced loss is {spliced}: the SAE's output is not finite")
+    return (zero - spliced) / (zero - clean)
+
+
+def _check_lm_tokens(tokens):
+    "Raise unless `tokens` is an integer Tensor [batch, pos ≥ 2]."
+    if not isinstance(tokens, Tensor) or tokens.ndim != 2 or tokens.shape[1] < 2 or tokens.is_floating_point():
+        raise ValueError(f"tokens must be an integer Tensor [batch, pos ≥ 2], got "
+                         f"{tuple(tokens.shape) if isinstance(tokens, Tensor) else type(tokens).__name__}")
+
+
+def _next_token_ce(model, hook: str, tokens: Tensor, fn=None, batch_size: int = 64) -> float:
+    "Mean next-token cross-entropy of `model` on `tokens`, with `fn` replacing the activation at `hook` (None: clean)."
+    total, n = 0.0, 0
+    for s in range(0, len(tokens), batch_size):
+        tb = tokens[s:s + batch_size]
+        with torch.no_grad():
+            if fn is None: logits = model(tb)
+            else:
+                with replace_activation(model, hook, fn): logits = model(tb)
+        lp = logits[:, :-1].double().log_softmax(-1)                      # [b, pos-1, d_vocab]
+        total -= float(lp.gather(-1, tb[:, 1:, None].to(lp.device)).sum()); n += tb[:, 1:].numel()
+    return total / n
+
+
+def ce_reference(model: nn.Module, hook: str, tokens: Tensor, batch_size: int = 64) -> tuple[float, float]:
+    """(CE_clean, CE_zero): the next-token loss of `model` on `tokens`, intact and with `hook` zeroed.
+
+    The two ends of `ce_loss_recovered`'s scale, which do not depend on the SAE: compute them once
+    and pass them as its `reference` when several SAEs are scored on the same tokens.
+
+    Parameters
+    ----------
+    model, hook, tokens, batch_size
+        As in `ce_loss_recovered`.
+
+    Returns
+    -------
+    (float, float)
+
+    Raises
+    ------
+    ValueError
+        If tokens are not integer [batch, pos ≥ 2], the hook is unknown, or zero-ablation does not
+        change the loss.
+    """
+    _check_lm_tokens(tokens)
+    clean = _next_token_ce(model, hook, tokens, None, batch_size)
+    zero = _next_token_ce(model, hook, tokens, torch.zeros_like, batch_size)
     if abs(zero - clean) < 1e-12:
         raise ValueError(f"zero-ablating {hook!r} does not change the loss ({clean:.6g}): nothing to recover")
-    return (zero - spliced) / (zero - clean)
+    return clean, zero
 
 # %% ../nbs/33_sae.ipynb #9fbfa83e
 @dataclass

@@ -365,7 +365,8 @@ def depth_effects(model, tokens, layer: int, edit, readout, depths, read_pos=-1,
     def run():
         out = {d: [] for d in depths}
         for s in range(0, len(tokens), batch_size):
-            acts, _ = record_activation(model, sorted(names), tokens[s:s + batch_size], pos=read_pos)
+            acts, _ = record_activation(model, sorted(names), tokens[s:s + batch_size], pos=read_pos,
+                                        stop=True)   # nothing after the deepest read
             for d in depths: out[d].append(np.asarray(read(acts[name(d)].double().cpu().numpy(), d), dtype=np.float64))
         return {d: np.concatenate(v) for d, v in out.items()}
 

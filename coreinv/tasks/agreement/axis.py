@@ -347,7 +347,7 @@ def last_acts(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str) -> Te
     """
     out = None
     for ii, x, _, _ in _groups(am, pairs):
-        a, _ = record_activation(am.model, hook, x, pos=-1)                 # [b, ...] at the last token
+        a, _ = record_activation(am.model, hook, x, pos=-1, stop=True)      # [b, ...] at the last token
         a = a.reshape(len(ii), -1).double().cpu()
         if out is None:
             out = torch.zeros(len(pairs), a.shape[1], dtype=torch.float64)

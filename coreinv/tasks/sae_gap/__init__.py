@@ -529,7 +529,7 @@ def intervention_effects(model, tokens, margin, X, U, Y, layer: int, depths, k_r
 
 # %% ../../../nbs/37_tasks_sae_gap.ipynb #bddcaa17
 def penalty_table(X, U, Y, train, test, runs, r: int, *, ce=None, fitted: Mapping | None = None,
-                  progress: bool = True, **sae_kw) -> tuple[dict, dict]:
+                  spectral: Mapping | None = None, progress: bool = True, **sae_kw) -> tuple[dict, dict]:
     """TopK SAEs with the invariance penalty at each (λ, seed) of `runs`, scored on the test rows.
 
     Parameters
@@ -548,6 +548,10 @@ def penalty_table(X, U, Y, train, test, runs, r: int, *, ce=None, fitted: Mappin
     fitted : dict, optional
         (λ, seed) -> an SAE already trained with these settings, used as it is. The penalty is off
         at λ = 0, so a plain TopK SAE of the same settings and seed is that seed's λ = 0 run.
+    spectral : dict, optional
+        seed -> the span residual of the spectral dictionary on that seed's λ = 0 latents, already
+        computed on the same rows (e.g. `roster_residuals`' "spectral on SAE topk" at r, whose SAEs
+        are the `fitted` ones), used as it is; the seeds it lacks are computed.
     progress : bool
     **sae_kw
         The rest of `SparseAutoencoder("topk", ...)`'s arguments (expansion_factor, k, steps, ...).
@@ -570,8 +574,9 @@ def penalty_table(X, U, Y, train, test, runs, r: int, *, ce=None, fitted: Mappin
         met = sae_metrics(est, X[test])
         rows[lam, s] = dict(residual=span_residual(SAEDictionary(est.sae_, r), X, U, Y, train, test).mean,
                             fvu=met["fvu"], l0=met["l0"], ce_recovered=None if ce is None else ce(est))
-    spectral = {s: span_residual(SpectralDictionary(r, base=SAEDictionary(est.sae_), drop_constant=True),
-                                 X, U, Y, train, test).mean
+    known = dict(spectral or {})
+    spectral = {s: known[s] if s in known else span_residual(
+        SpectralDictionary(r, base=SAEDictionary(est.sae_), drop_constant=True), X, U, Y, train, test).mean
                 for (lam, s), est in fits.items() if lam == 0.0}
     return rows, spectral
 

