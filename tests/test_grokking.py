@@ -290,3 +290,15 @@ def test_a_kept_sweep_is_read_back_and_trains_nothing(tmp_path, monkeypatch):
     assert again == first and [type(v) for v in again[0].values()] == [type(v) for v in first[0].values()]
     with pytest.raises(AssertionError, match="trained again"):
         scaling.grokking_sweep([1.0], [5], seeds=(0,), max_steps=100, **kw)
+
+
+@pytest.mark.parametrize("preset", ["ci", "book", "paper"])
+def test_analysis_spacings_hit_snapshots(preset):
+    """The chapter analyses every `dense_every`-th and `late_every`-th step (the snap's window and inflation's),
+    picking them from the snapshots by `step % spacing == 0`: a spacing that is not a multiple of
+    `snapshot_every` would leave a window empty without a word."""
+    from coreinv.tasks.grokking.presets import SIZES
+    S = SIZES.at(preset)
+    for name in ("dense_every", "late_every"):
+        assert S[name] >= S.snapshot_every and S[name] % S.snapshot_every == 0, (preset, name, S[name])
+    assert S.late_every < S.steps

@@ -44,16 +44,20 @@ def judge(run) -> dict:
                 trace={k: cols[k][::2].tolist() for k in ("step", "train_acc", "test_acc", "lr")})
 
 
+def write_record(out: dict, chosen: str, path: Path = OUT, **fields) -> None:
+    "Write a pilot record (the rule, the base setup, the options, each run's judgement, the choice) and print it."
+    record = dict(fields, runs=out, chosen=chosen, qualified=any(r["qualifies"] for r in out.values()))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    for n, r in out.items():
+        print(n, {k: v for k, v in r.items() if k != "trace"})
+    print("chosen:", chosen, "->", path)
+
+
 if __name__ == "__main__":
     runs = map_processes(grokking_run, [BASE | o for o in OPTIONS.values()], len(OPTIONS), desc="options")
     out = {name: judge(r) for name, r in zip(OPTIONS, runs)}
     ok = [n for n, r in out.items() if r["qualifies"]]
     chosen = (min(ok, key=lambda n: out[n]["tau_grok"]) if ok else
               max(out, key=lambda n: out[n]["wd_end_over_tau"] or 0.0))
-    record = dict(rule=RULE, base=json.loads(json.dumps(BASE)), options=OPTIONS, runs=out, chosen=chosen,
-                  qualified=bool(ok))
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    for n, r in out.items():
-        print(n, {k: v for k, v in r.items() if k != "trace"})
-    print("chosen:", chosen, "->", OUT)
+    write_record(out, chosen, rule=RULE, base=json.loads(json.dumps(BASE)), options=OPTIONS)

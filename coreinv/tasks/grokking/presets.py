@@ -27,16 +27,22 @@ __all__ = ['SIZES']
 #     of a35ea2c (p = 59, d_model 64, 5 seeds × 3500 steps, two sweep seeds a cell) it took 2675 s of the book's
 #     47 min (training 1410, analysis 540, sweep 697) with about 1.3 cores: 20 min at that share is ≈ 1560 core-s.
 #     One step of full-batch training on one core (d_model 64, 200 steps, a 2-core AVX-512 machine): 104 ms at
-#     p = 59, 76 at 53, 73 at 47, 54 at 43, 30 at 31; 78 ms at d_model 48 with p = 59. Items 1 and 3 fix 5 seeds ×
-#     3500 steps (the weight-decay window and the population), so p is what moves: the largest prime whose five
-#     runs fit 60% of the budget is p = 43 (5 × 3500 × 54 ms ≈ 950 core-s; p = 47 would take 1280). Its τ_grok
-#     under this model and schedule was known before: the sweep's cell p = 43, ω = 1 grokked at 830 on both seeds,
-#     so 3500 steps reach (3500 − 175) / (830 − 175) ≈ 5.1 × τ_grok in weight-decay time; a seed that groks later
-#     cannot reach 5 ×, and inflation is then not testable on it (reported). The analysis keeps its rules
-#     (≈ 300 core-s at p = 43, whose training set is half p = 59's); the sweep keeps its cells with one seed a cell
-#     (≈ 250 core-s, its confound cell ≈ 105): the power check uses the main runs' seed noise, and the sweep's
-#     own is not measured. The earlier choice stands: d_model 64, not Nanda's 128 (209 ms a step at p = 59: five
-#     seeds would be 52 min of one core for the training alone).
+#     p = 59, 76 at 53, 73 at 47, 54 at 43, 30 at 31; 78 ms at d_model 48 with p = 59. Items 1 and 3 fix 5 seeds
+#     and the weight-decay window, so p and the steps are what move. The earlier choice, p = 43 × 3500 steps
+#     (≈ 950 core-s), ended its runs at 4.6–6.6 × τ_grok in weight-decay time (τ_grok 670–900, f89d9be): a seed
+#     that groks late misses the 5 × window, and one analysed snapshot in it is often inside a dip. 4500 steps at
+#     p = 43 would take ≈ 1215 core-s of the 1560. So the steps were raised to 5000 and p lowered to a prime whose
+#     5 runs of 5000 steps fit 60% of the budget (≤ 37 ms a step: p = 31 or 37), decided by one seed-0 run each
+#     (tools/grokking_size.py, its record results/pilots/grokking_size.json shown in the chapter; rule written
+#     before the runs, judged on τ_grok, weight-decay time and cost only: qualifies when the end is ≥ 6 × τ_grok in
+#     weight-decay time, of several the larger p): p = 31 grokked at 1260 and ended at 4.7 ×, p = 37 at 990 and
+#     6.3 × (32 ms a step: 5 × 5000 steps ≈ 810 core-s), so p = 37. In the window from 5 × τ_grok (weight-decay
+#     time) to the end every late_every-th snapshot is analysed, so that a stable "after" exists there by design
+#     unless the run dips at each of them. The snap's dense window is analysed every dense_every steps (100 at
+#     book, half the snapshots: ≈ 10 a seed instead of 20) to pay for the late ones. The sweep keeps its cells,
+#     one seed a cell, with the main runs' schedule over 5000 steps: the power check uses the main runs' seed
+#     noise, and the sweep's own is not measured. The earlier choice stands: d_model 64, not Nanda's 128 (209 ms
+#     a step at p = 59: five seeds would be 52 min of one core for the training alone).
 #     ci: one seed at p = 59, 2000 steps (~3.5 min on one core; p = 31 / d_model 32 did not grok at ci).
 #     paper: Nanda's p = 113 and d_model 128, for a GPU.
 # The dips: test accuracy still collapses after τ_grok (loss spikes). Seven one-seed pilots of the earlier book setup
@@ -58,9 +64,11 @@ __all__ = ['SIZES']
 #     every seed. stays_grokked per seed is strict (the lowest logged test accuracy after τ_grok + stable_window
 #     ≥ thr_stay, and the final ≥ thr_final); a core is necessary when its removal at `=` takes away ≥ nec_share of
 #     what replacing the whole activation by its mean (the floor) takes away; every snapshot from τ_grok to
-#     dense_until × τ_grok is analysed and the snap time is interpolated between snapshots; inflation is testable
-#     on a seed whose "after" (a snapshot inside a window of stable test accuracy) is ≥ thr_wd_window × τ_grok in
-#     weight-decay time ∫ lr·ω dt, and judged over the seeds where it is testable. The sweep: p ≥ 31, ω ≤ 2, one
+#     dense_until × τ_grok (every dense_every steps) is analysed and the snap time is interpolated between
+#     snapshots; inflation is testable on a seed whose "after" (the last analysed snapshot inside a window of stable
+#     test accuracy; from thr_wd_window × τ_grok in weight-decay time to the end every late_every-th snapshot is
+#     analysed) is ≥ thr_wd_window × τ_grok in weight-decay time ∫ lr·ω dt, and judged over the seeds where it is
+#     testable. The sweep: p ≥ 31, ω ≤ 2, one
 #     seed a cell at book (two until the budget above), with a power check before it runs. The training-set-size confound of β is measured,
 #     not removed: a cell at p = sweep_confound_p on the smallest p's number of training pairs, at the largest ω.
 #     The sweep trains with the main runs' model and schedule (sweep_max_steps = steps, each run stopped once it
@@ -74,14 +82,16 @@ SIZES = Presets("grokking",
     ci=dict(p=59, train_frac=0.5, n_layers=2, d_model=64, n_heads=4, d_mlp=256, lr=3e-3, weight_decay=1.0,
                    pct_start=0.1, seeds=(0,), steps=2000, log_every=10, snapshot_every=50, checkpoint_every=500,
                    n_analyse=5, sweep_omegas=(1.0, 2.0), sweep_ps=(31, 37), sweep_seeds=(0,), sweep_max_steps=150,
-                   sweep_d_model=32, sweep_d_mlp=128, sweep_confound_p=37, power_draws=20, **_grok_opt, **_grok_thr),
-    book=dict(p=43, train_frac=0.5, n_layers=2, d_model=64, n_heads=4, d_mlp=256, lr=3e-3, weight_decay=1.0,
-                     pct_start=0.1, seeds=(0, 1, 2, 3, 4), steps=3500, log_every=10, snapshot_every=50,
+                   sweep_d_model=32, sweep_d_mlp=128, sweep_confound_p=37, power_draws=20, dense_every=50,
+                   late_every=250, **_grok_opt, **_grok_thr),
+    book=dict(p=37, train_frac=0.5, n_layers=2, d_model=64, n_heads=4, d_mlp=256, lr=3e-3, weight_decay=1.0,
+                     pct_start=0.1, seeds=(0, 1, 2, 3, 4), steps=5000, log_every=10, snapshot_every=50,
                      checkpoint_every=500, n_analyse=8, sweep_omegas=(1.0, 2.0), sweep_ps=(31, 43, 53),
-                     sweep_seeds=(0,), sweep_max_steps=3500, sweep_d_model=64, sweep_d_mlp=256, sweep_confound_p=53,
-                     power_draws=200, **_grok_opt, **_grok_thr),
+                     sweep_seeds=(0,), sweep_max_steps=5000, sweep_d_model=64, sweep_d_mlp=256, sweep_confound_p=53,
+                     power_draws=200, dense_every=100, late_every=250, **_grok_opt, **_grok_thr),
     paper=dict(p=113, train_frac=0.3, n_layers=2, d_model=128, n_heads=4, d_mlp=512, lr=1e-3, weight_decay=1.0,
                       pct_start=0.1, seeds=(0, 1, 2, 3, 4), steps=40000, log_every=50, snapshot_every=500,
                       checkpoint_every=2000, n_analyse=40, sweep_omegas=(0.3, 0.5, 1.0, 2.0, 3.0),
                       sweep_ps=(53, 67, 83, 97, 113), sweep_seeds=(0, 1, 2), sweep_max_steps=40000, sweep_d_model=128,
-                      sweep_d_mlp=512, sweep_confound_p=113, power_draws=500, **_grok_opt, **_grok_thr))
+                      sweep_d_mlp=512, sweep_confound_p=113, power_draws=500, dense_every=500,
+                      late_every=2000, **_grok_opt, **_grok_thr))
