@@ -5,6 +5,7 @@
 # %% ../nbs/04_runtime.ipynb #44873249
 from __future__ import annotations
 
+import io
 import multiprocessing
 import os
 import platform
@@ -18,7 +19,7 @@ import torch
 
 # %% auto #0
 __all__ = ['DEVICE_ENV', 'CACHE_ENV', 'PRELOAD', 'device', 'has_gpu', 'machine', 'cache_dir', 'atomic_write', 'worker_context',
-           'start_worker']
+           'start_worker', 'call_saved']
 
 # %% ../nbs/04_runtime.ipynb #dfed8e71
 DEVICE_ENV = "COREINV_DEVICE"
@@ -177,3 +178,27 @@ def start_worker(environ: dict[str, str]) -> None:
     os.environ.clear()
     os.environ.update(environ)
     torch.set_num_threads(1)
+
+
+def call_saved(fn: Callable, job: dict) -> bytes:
+    """A worker's call: `fn(**job)`, saved to bytes with `torch.save`, so that its tensors travel by value.
+
+    PyTorch sends a tensor between processes as a shared-memory file descriptor, one per storage; a
+    result with thousands of tensors (a training run's snapshots) then breaks the pipe ("received 0 items
+    of ancdata") once the receiver passes its open-file limit. Bytes travel as data: the caller reads them
+    back with `torch.load(io.BytesIO(b), weights_only=False)`.
+
+    Parameters
+    ----------
+    fn : callable
+        A module-level function (the worker imports it by name).
+    job : dict
+        Its keyword arguments.
+
+    Returns
+    -------
+    bytes
+    """
+    buf = io.BytesIO()
+    torch.save(fn(**job), buf)
+    return buf.getvalue()

@@ -5,6 +5,7 @@
 # %% ../nbs/20_train.ipynb #dbf8e202
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -23,7 +24,7 @@ from torch import Tensor
 from tqdm import tqdm
 
 from .keys import digest, function_key
-from .runtime import atomic_write, start_worker, worker_context
+from .runtime import atomic_write, call_saved, start_worker, worker_context
 
 # %% auto #0
 __all__ = ['CHECKPOINT_NAME', 'require_hooked', 'make_transformer', 'TrainLog', 'checkpoint_key', 'train', 'n_processes',
@@ -438,7 +439,8 @@ def map_processes(fn: Callable, jobs: Sequence[dict], processes: int | None = No
     ----------
     fn : callable
         A module-level function (the workers import it by name); its keyword arguments and its result
-        are pickled between processes.
+        are pickled between processes. Tensors in the result come back by value (`coreinv.runtime.call_saved`):
+        as shared-memory file descriptors, a result with thousands of them (a run's snapshots) broke the pipe.
     jobs : sequence of dict
         The keyword arguments of each call.
     processes : int, optional
@@ -474,7 +476,7 @@ def map_processes(fn: Callable, jobs: Sequence[dict], processes: int | None = No
                          "or is a lambda or a local function): use a function of a module, or processes=1")
     with ProcessPoolExecutor(processes, mp_context=worker_context(), initializer=start_worker,
                              initargs=(dict(os.environ),)) as pool:
-        futures = [pool.submit(fn, **j) for j in jobs]
+        futures = [pool.submit(call_saved, fn, j) for j in jobs]
         try:
             for f in tqdm(as_completed(futures), total=len(futures), desc=desc, disable=not progress):
                 f.result()
@@ -486,5 +488,4 @@ def map_processes(fn: Callable, jobs: Sequence[dict], processes: int | None = No
         except BaseException:
             pool.shutdown(wait=True, cancel_futures=True)
             raise
-    return [f.result() for f in futures]
-
+    return [torch.load(io.BytesIO(f.result()), weights_only=False) for f in futures]

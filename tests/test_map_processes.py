@@ -53,3 +53,25 @@ def test_workers_read_an_edited_module_afresh(tmp_path, monkeypatch):
     assert map_processes(edited_between_calls.answer, [{}, {}], processes=2, progress=False) == [1, 1]
     mod.write_text("def answer():\n    return 'edited'\n")                 # another size: no stale bytecode
     assert map_processes(edited_between_calls.answer, [{}, {}], processes=2, progress=False) == ["edited"] * 2
+
+
+def test_results_with_many_tensors_come_back():
+    """A run's snapshots are thousands of tensors; sent as shared-memory file descriptors they broke the pipe
+    ("received 0 items of ancdata") past the open-file limit. Results travel by value: with the limit lowered below
+    the number of tensors, two tiny runs' 41 snapshots each (≈ 1,000 tensors a run) still come back, equal to a
+    run in this process."""
+    import resource
+    import torch
+    from coreinv.tasks.grokking.training import grokking_run
+    job = dict(p=5, train_frac=0.5, steps=40, model_kw=dict(n_layers=1, d_model=8, n_heads=2, d_mlp=16),
+               snapshot_every=1, log_every=20)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(512, hard), hard))
+    try:
+        runs = map_processes(grokking_run, [job | dict(seed=0), job | dict(seed=1)], processes=2, progress=False)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    n = sum(t.numel() > 0 for s in runs[0]["snapshots"].values() for t in s.values())
+    assert len(runs[0]["snapshots"]) == 41 and n > 512
+    here = grokking_run(**job, seed=1)
+    assert all(torch.equal(a, here["snapshots"][40][k]) for k, a in runs[1]["snapshots"][40].items())
