@@ -57,7 +57,8 @@ def judge(run) -> dict:
 
 
 if __name__ == "__main__":
-    with mp.get_context("fork").Pool(len(OPTIONS)) as pool:          # side by side, one thread each
+    # side by side, one thread each; not map_processes, which cannot import timed_run from __main__
+    with mp.get_context("fork").Pool(len(OPTIONS)) as pool:
         runs = pool.map(timed_run, [BASE | o for o in OPTIONS.values()])
     out = {name: judge(r) for name, r in zip(OPTIONS, runs)}
     ok = [n for n, r in out.items() if r["qualifies"]]
