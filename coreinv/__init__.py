@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 # %% ../nbs/02_api.ipynb #0f7f2bcf
 _EXPORTS = {
     "base": ["Core", "clone"],
-    "hooks": ["hook_names", "record_activation", "replace_activation"],
+    "hooks": ["hook_names", "record_activation", "replace_activation", "prompt_lengths", "split_by_length"],
     "ace": ["ACE"],
     "multihook": ["fit_hooks"],
     "ablate": ["ablate", "core_dims", "CoreDims", "hook_evaluator", "sufficiency", "necessity",
@@ -49,7 +49,7 @@ if TYPE_CHECKING:                                 # for IDEs and type checkers; 
     from .compare import cca, cca_align, procrustes, projector_overlap, spearman, weight_cosine
     from .dictionaries import (IdentityDictionary, PCADictionary, RandomFourierDictionary,
                                RandomProjectionDictionary, SAEDictionary, SpectralDictionary)
-    from .hooks import hook_names, record_activation, replace_activation
+    from .hooks import hook_names, prompt_lengths, record_activation, replace_activation, split_by_length
     from .identify import fit_operator, lagged_pairs, match_spectra, operator_spectrum
     from .koopman import EDMDc
     from .merge import core_aligned_rotation, fold_layernorm, interpolate, rotate_residual
@@ -69,7 +69,6 @@ def __getattr__(name: str):
     value = getattr(importlib.import_module(f".{mod}", __name__), name)
     if name not in _Package.__dict__: globals()[name] = value    # cached: later lookups skip this
     return value
-
 
 # %% ../nbs/02_api.ipynb #38f798eb
 def __dir__():

@@ -15,21 +15,25 @@ from torch import Tensor
 from torch.func import jvp, vmap
 from tqdm import tqdm
 
-from ._jvp import _call, _check_rows, _compute_dtype, _diagonal_attention, _diagonal_from
+from ._jvp import _call, _check_row_change, _check_rows, _compute_dtype, _diagonal_attention, _diagonal_from
 from .base import as_acts
-from .hooks import (_QUERY_AXIS_HOOKS, _activation, _check_tokens, _is_hooked, _n_args, _start_at,
-                           replace_activation)
+from .hooks import (_QUERY_AXIS_HOOKS, _activation, _check_tokens, _is_hooked, _n_args, _pad_id,
+                           _start_at, replace_activation, split_by_length)
 
 # %% auto #0
 __all__ = []
 
 # %% ../nbs/08_hookplan.ipynb #20a2f3ce
-def _token_batches(inputs, batch_size: int):
-    "`inputs` as a re-iterable of batches: a Tensor is cut into chunks; a one-shot iterator is refused."
+def _token_batches(inputs, batch_size: int, model=None):
+    """`inputs` as a re-iterable of batches: a Tensor is cut into chunks; a one-shot iterator is refused.
+    With `model`, a batch of prompts that `to_tokens` padded on the right becomes one batch per prompt
+    length, the padding cut off (`split_by_length`), so that `pos=-1` is each prompt's last token."""
     if isinstance(inputs, Tensor):
         if inputs.ndim < 1 or inputs.shape[0] < 1:
-            raise ValueError(f"inputs must be a Tensor [batch, ...], got shape {tuple(inputs.shape)}")
-        return [inputs[i:i + batch_size] for i in range(0, inputs.shape[0], batch_size)]
+            raise ValueError(f"inputs is an empty batch (shape {tuple(inputs.shape)}): pass a Tensor [batch, ...] "
+                             f"with at least one sequence")
+        chunks = [inputs[i:i + batch_size] for i in range(0, inputs.shape[0], batch_size)]
+        return chunks if model is None else _unpadded(chunks, model)
     try:
         it = iter(inputs)
     except TypeError:
@@ -38,8 +42,26 @@ def _token_batches(inputs, batch_size: int):
     if it is inputs:
         raise ValueError("inputs is a one-shot iterator, but fit_hook reads the batches twice (the mean "
                          "first, then the JVPs): pass a Tensor, a list or a DataLoader")
-    return inputs
+    if model is None or _pad_id(model) is None: return inputs
+    return _unpadded(inputs, model) if isinstance(inputs, list) else _Unpadded(inputs, model)
 
+
+
+def _split(x, model) -> list:
+    "One batch as batches of one prompt length (itself when it is not a padded token batch)."
+    if not isinstance(x, Tensor) or x.ndim != 2 or x.is_floating_point(): return [x]
+    return [t for _, t in split_by_length(model, x)]
+
+
+def _unpadded(batches: list, model) -> list:
+    return [t for x in batches for t in _split(x, model)]
+
+
+class _Unpadded:
+    "A re-iterable (a DataLoader) whose padded batches come out split by prompt length."
+    def __init__(self, src, model): self.src, self.model = src, model
+    def __iter__(self):
+        for x in self.src: yield from _split(x, self.model)
 
 # %% ../nbs/08_hookplan.ipynb #dd7c35ac
 class _HookPlan:
@@ -73,12 +95,25 @@ def _set_layout(self: _HookPlan, a: Tensor):
                          f"mean to centre at: fit at {self.hook.rsplit('.', 1)[0]}.hook_pattern instead "
                          f"(the same [batch, head, query_pos, key_pos] layout)")
     T = a.shape[ax] if has_pos else 1
-    if self.pos is not None and not -T <= self.pos < T:
-        raise ValueError(f"pos={self.pos} is outside the {T} positions of {self.hook!r}")
     feat = tuple(s for i, s in enumerate(a.shape) if i not in (0, ax)) if has_pos else a.shape[1:]
     self.layout = (has_pos, T, feat, math.prod(feat))
-    self.positions = list(range(T)) if self.pos is None else [self.pos % T]
+    self.positions = self._positions(a)
     self.dtype, self.device, self.act_shape = a.dtype, a.device, a.shape[1:]
+
+
+@patch
+def _T(self: _HookPlan, a: Tensor) -> int:
+    "The number of positions of one batch's activation (batches of prompts of different lengths differ)."
+    return a.shape[self.pos_axis] if self.layout[0] else 1
+
+
+@patch
+def _positions(self: _HookPlan, a: Tensor) -> list[int]:
+    "The positions fitted in this batch: every one, or `pos` counted in this batch's length."
+    T = self._T(a) if self.layout is not None else (a.shape[self.pos_axis] if a.ndim >= 3 else 1)
+    if self.pos is not None and not -T <= self.pos < T:
+        raise ValueError(f"pos={self.pos} is outside the {T} positions of {self.hook!r}")
+    return list(range(T)) if self.pos is None else [self.pos % T]
 
 
 @patch
@@ -92,13 +127,12 @@ def _rows(self: _HookPlan, a: Tensor) -> Tensor:
     "Every position of a batch as rows [b·T, D], sample-major."
     return a.movedim(self.pos_axis, 1).reshape(-1, self.layout[3])
 
-
 # %% ../nbs/08_hookplan.ipynb #0a771d3f
 @patch
-def _out(self: _HookPlan, x: Tensor, out) -> Tensor:
-    "The readout, with its shape checked: a 2-D [b, T] on T > 1 positions is ambiguous."
+def _out(self: _HookPlan, x: Tensor, out, T: int | None = None) -> Tensor:
+    "The readout, with its shape checked: a 2-D [b, T] on T > 1 positions is ambiguous (T: this batch's)."
     y = self.readout(out, x)
-    has_pos, T = self.layout[:2]
+    has_pos, T = self.layout[0], self.layout[1] if T is None else T
     if isinstance(y, Tensor) and y.ndim == 2 and has_pos and T > 1 and y.shape[1] == T:
         raise ValueError(f"readout returned shape {tuple(y.shape)} at {self.hook!r}, which has {T} positions: "
                          f"[batch, pos] (one output per position) or [batch, O] with O = {T}? Return "
@@ -114,12 +148,19 @@ def _record(self: _HookPlan, x) -> tuple[Tensor, Tensor]:
     via = self.start[1] if self.start is not None else None
     a, state = _activation(self.model, self.hook, x, via)
     if self.layout is None: self._set_layout(a)
-    elif a.shape[1:] != self.act_shape:
+    elif a.ndim != len(self.act_shape) + 1 or (self._feat(a) != self.layout[2]):
         raise ValueError(f"the activation at {self.hook!r} has shape {tuple(a.shape[1:])} per sample in "
-                         f"one batch and {tuple(self.act_shape)} in an earlier one")
+                         f"one batch and {tuple(self.act_shape)} in an earlier one: only the number of "
+                         f"positions may differ between batches")
+    else: self._positions(a)                                           # pos in range for this batch too
     if self.start is not None and via is None: state = a
     return a, state
 
+# %% ../nbs/08_hookplan.ipynb #cde5608f
+@patch
+def _feat(self: _HookPlan, a: Tensor) -> tuple:
+    "The shape of one sample of an activation [b, *act_shape]: every axis but the batch and the positions."
+    return tuple(s for i, s in enumerate(a.shape) if i not in (0, self.pos_axis)) if self.layout[0] else a.shape[1:]
 
 # %% ../nbs/08_hookplan.ipynb #a090db6f
 @patch
@@ -130,7 +171,7 @@ def first_pass(self: _HookPlan, progress: bool = True) -> tuple[int, Tensor | No
                   desc="ACE.fit_hook: mean", unit="batch", disable=not progress):
         a, state = self._record(x)
         if self.cache is not None: self.cache.append((a, state))
-        rows = as_acts(torch.cat([self._flat(a, t) for t in self.positions]), self.hook, float64=False)
+        rows = as_acts(torch.cat([self._flat(a, t) for t in self._positions(a)]), self.hook, float64=False)
         s = rows.double().sum(0).cpu()
         total, n = s if total is None else total + s, n + rows.shape[0]
     return n, total
@@ -141,12 +182,12 @@ def batches(self: _HookPlan, joint: bool, method: str):
     "Pass 2: `(h [n, D], downstream)` pairs for `ACE._accumulate`, all positions of a batch in one pair."
     acts = self.cache if self.cache is not None else (self._record(x) for x in self.src)
     for x, (a, state) in zip(self.src, acts):
-        if joint: yield self._rows(a), self.downstream_joint(x, state)
-        elif self.diagonal is not None: yield self._rows(a), self.downstream_joint(x, state, diagonal=True)
-        elif len(self.positions) == 1 or method != "jvp":
-            for t in self.positions: yield self._flat(a, t), self.downstream(x, state, a, t)
+        T, positions = self._T(a), self._positions(a)
+        if joint: yield self._rows(a), self.downstream_joint(x, state, T=T)
+        elif self.diagonal is not None: yield self._rows(a), self.downstream_joint(x, state, diagonal=True, T=T)
+        elif len(positions) == 1 or method != "jvp":
+            for t in positions: yield self._flat(a, t), self.downstream(x, state, a, t)
         else: yield self._rows(a), self.downstream_all(x, state, a)
-
 
 # %% ../nbs/08_hookplan.ipynb #6af06be5
 @patch
@@ -180,13 +221,14 @@ def _probe_rows(self: _HookPlan, x: Tensor, state: Tensor | None, out):
                                                    lambda act: act)) for s in cut]
     if isinstance(y, Tensor) and y.is_floating_point() and y.ndim >= 1 and y.shape[0] == n:
         _check_rows(y, torch.cat(parts), "readout")
-
+        _check_row_change(lambda o: self._out(x, o), out, y, "readout")
 
 # %% ../nbs/08_hookplan.ipynb #a42bd0c8
 @patch
 def downstream(self: _HookPlan, x: Tensor, state, a: Tensor, t: int) -> "_Downstream":
     "h [b, D] at position t ↦ the readout at t, through the rest of the forward pass."
-    has_pos, T, feat, D = self.layout
+    has_pos, _, feat, D = self.layout
+    T = self._T(a)
     ax = self.pos_axis
     mask = None
     if has_pos:
@@ -198,7 +240,7 @@ def downstream(self: _HookPlan, x: Tensor, state, a: Tensor, t: int) -> "_Downst
         sub = (lambda act: torch.where(mask, hh.unsqueeze(ax).to(act.dtype), act)) \
             if has_pos else (lambda act: hh.to(act.dtype))
         out = self._forward(x, state, sub)
-        y = self._out(x, out)
+        y = self._out(x, out, T)
         if isinstance(y, Tensor) and y.ndim == 3:
             y = y[:, t]                                                   # this sample's own position
         return y, out
@@ -206,20 +248,21 @@ def downstream(self: _HookPlan, x: Tensor, state, a: Tensor, t: int) -> "_Downst
 
 
 @patch
-def downstream_joint(self: _HookPlan, x: Tensor, state, diagonal: bool = False) -> "_Downstream":
+def downstream_joint(self: _HookPlan, x: Tensor, state, diagonal: bool = False, T: int | None = None) -> "_Downstream":
     """h [b·T, D], every position at once ↦ the per-position readouts [b·T, O]; `diagonal`: with each
-    position's tangent kept apart through attention (`_diagonal_attention`)."""
-    has_pos, T, feat, D = self.layout
+    position's tangent kept apart through attention (`_diagonal_attention`); T: this batch's positions
+    (default: the first batch's)."""
+    has_pos, T0, feat, D = self.layout
+    T = T0 if T is None else T
     def run(h):                                                           # h: [b*T, D]
         hh = h.reshape(x.shape[0], T, *feat).movedim(1, self.pos_axis)
         out = self._forward(x, state, lambda act: hh.to(act.dtype), diagonal)
-        y = self._out(x, out)
+        y = self._out(x, out, T)
         if not (isinstance(y, Tensor) and y.ndim == 3):
             raise _NotPerPosition("joint=True needs a per-position readout [b, pos, O]; this one returned "
                                   f"{tuple(y.shape) if isinstance(y, Tensor) else type(y).__name__}")
         return y.reshape(-1, y.shape[-1]), out                            # [b*T, O]
     return _Downstream(self, x, state, run)
-
 
 # %% ../nbs/08_hookplan.ipynb #d47bfd76
 @patch
@@ -227,17 +270,16 @@ def downstream_all(self: _HookPlan, x: Tensor, state, a: Tensor) -> "_Downstream
     """Every position of a batch at once, each with its own tangent: h [b·T, D] ↦ [b·T, O], row (b, t)
     the readout at t with only position t perturbed. Its `jvp` pushes the T one-position tangents
     through one pass (`vmap` over positions, the primal computed once), in chunks that bound memory."""
-    has_pos, T, feat, D = self.layout
-    ax, b = self.pos_axis, x.shape[0]
+    has_pos, _, feat, D = self.layout
+    ax, b, T = self.pos_axis, x.shape[0], self._T(a)
     def run(h):                                                           # plain evaluation: the primal
         hh = h.reshape(b, T, *feat).movedim(1, ax)
         out = self._forward(x, state, lambda act: hh.to(act.dtype))
-        y = self._out(x, out)
+        y = self._out(x, out, T)
         if isinstance(y, Tensor) and y.ndim == 3: y = y.reshape(b * T, -1)
         elif isinstance(y, Tensor): y = y.repeat_interleave(T, 0)         # one output row per sequence
         return y, out
     return _Downstream(self, x, state, run, all_positions=(a, T, ax, feat))
-
 
 # %% ../nbs/08_hookplan.ipynb #b1a50296
 class _NotPerPosition(ValueError):
@@ -282,10 +324,10 @@ def _jvp_positions(self: _Downstream, h: Tensor, t: Tensor, only: list[int] | No
     plan, x, state = self.plan, self.x, self.state
     def g(act):                                                           # act: [b, *act_shape]
         out = plan._forward(x, state, lambda old: act.to(old.dtype))
-        y = plan._out(x, out)
+        y = plan._out(x, out, T)
         return y, out
     primal = A.movedim(1, ax)
-    per = b * math.prod(self.plan.act_shape) * 16                          # elements one position carries
+    per = b * math.prod(a.shape[1:]) * 16                          # elements one position carries
     K = max(1, min(T, (1 << 27) // max(per, 1)))
     vs, y, out = [], None, None
     eye = torch.eye(T, dtype=tan.dtype, device=tan.device)
@@ -309,7 +351,6 @@ def _jvp_positions(self: _Downstream, h: Tensor, t: Tensor, only: list[int] | No
     if y.ndim == 3: y = y.reshape(b * T, -1)
     else: y = y.repeat_interleave(T, 0)
     return y, v.reshape(b * T, -1), out
-
 
 # %% ../nbs/08_hookplan.ipynb #4c80e2be
 def _exact_tol(dtype: torch.dtype) -> float:

@@ -253,3 +253,33 @@ def _check_rows(y: Tensor, yh: Tensor, what: str):
                          f"those of the two halves by {gap:.2g} (relative). Each row's outputs must depend "
                          f"on that row only (no log_softmax(0), mean(0), batch norm or other batch "
                          f"statistics)")
+
+
+
+def _check_row_change(fn: Callable, x: Tensor, y: Tensor, what: str):
+    """Change row 0 of `x` [n, ...] by far more than its own size and refuse an `fn` whose other rows move.
+
+    The halves of `_check_rows` cannot see a batch statistic when the rows repeat (the same prompt
+    several times: every half has the same mean); a change of one row can. The change is drawn from a
+    generator of its own, so the caller's random stream is left as it was."""
+    if x.shape[0] < 2 or not x.is_floating_point() or not isinstance(y, Tensor) or y.ndim < 1 \
+            or y.shape[0] != x.shape[0] or not y.is_floating_point():
+        return
+    g = torch.Generator().manual_seed(0)
+    noise = torch.randn(tuple(x.shape[1:]), generator=g, dtype=torch.float64).to(x.device, x.dtype)
+    x2 = x.clone()
+    x2[0] = x2[0] + 10 * (float(x.abs().max()) + 1) * noise
+    try:
+        with torch.no_grad():
+            y2 = fn(x2)
+    except Exception:
+        return
+    if not isinstance(y2, Tensor) or y2.shape != y.shape: return
+    tol = 10 * torch.finfo(y.dtype).eps ** 0.5
+    a, b = y[1:].double(), y2[1:].double()
+    gap = float((a - b).abs().max() / a.abs().max().clamp_min(1e-30))
+    if gap > tol:
+        raise ValueError(f"{what} mixes samples across the batch: changing row 0 alone moved the other "
+                         f"{x.shape[0] - 1} rows' outputs by {gap:.2g} (relative). Each row's outputs must depend "
+                         f"on that row only (no log_softmax(0), mean(0), batch norm or other batch "
+                         f"statistics)")

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
@@ -15,10 +16,10 @@ from torch import Tensor, nn
 from tqdm import tqdm
 
 from .base import Core, as_acts
-from .hooks import _QUERY_AXIS_HOOKS, _is_hooked, _n_args, replace_activation
+from .hooks import (_QUERY_AXIS_HOOKS, _check_tokens, _is_hooked, _n_args, _pad_id, _resolve, prompt_lengths,
+                           replace_activation, split_by_length)
 from .ace import ACE
 from fastcore.basics import patch
-
 
 # %% auto #0
 __all__ = ['MODES', 'ablate', 'sufficiency', 'necessity', 'CoreDims', 'core_dims', 'hook_evaluator', 'mean_core', 'random_core',
@@ -97,8 +98,11 @@ def ablate(model: nn.Module, hook: str, core: Core, mode: str = "keep", pos: int
     ValueError
         On an unknown mode, a `core` that is not a Core, or (during the forward pass) an
         activation whose D differs from the core's, a `pos` outside the positions, a start or mask
-        tensor whose batch or length does not match the activation's, or attention
-        scores that hold masked entries (-inf, or the dtype's most negative value).
+        tensor whose batch or length does not match the activation's, attention
+        scores that hold masked entries (-inf, or the dtype's most negative value), or an int or
+        slice `pos` that would fall on the padding of a batch of prompts of different lengths
+        (`prompt_lengths`): run one length at a time (`split_by_length`), pass a mask, or use
+        `hook_evaluator`, which does.
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -107,7 +111,27 @@ def ablate(model: nn.Module, hook: str, core: Core, mode: str = "keep", pos: int
     op = (lambda h: _flip(core, h)) if mode == "flip" else getattr(core, mode)
     query_axis = _is_hooked(model) and hook.rsplit(".", 1)[-1] in _QUERY_AXIS_HOOKS
 
+    lengths = {}                                            # the real length of each prompt of this pass
+
+    def note_lengths(mod, args, kwargs):
+        x = args[0] if args else kwargs.get("input")
+        lengths["n"] = (prompt_lengths(model, x) if isinstance(x, Tensor) and x.ndim == 2 and
+                        not x.is_floating_point() and _pad_id(model) is not None else None)
+
+    def check_padding(T: int):
+        n = lengths.get("n")
+        if n is None or isinstance(pos, Tensor) or pos is None or bool((n == T).all()): return
+        hit = range(T)[pos] if isinstance(pos, slice) else [pos % T]
+        short = int(n.min())
+        if max(hit, default=-1) >= short or (isinstance(pos, int) and pos < 0):
+            raise ValueError(f"pos={pos} on a batch of prompts of different lengths ({short} to {int(n.max())} real "
+                             f"tokens; to_tokens padded the shorter ones on the right): it would act on padding, "
+                             f"not on each prompt's own position. Run one length at a time "
+                             f"(coreinv.hooks.split_by_length(model, tokens)), pass pos as a mask [batch, pos] that "
+                             f"marks each prompt's own position, or use hook_evaluator, which does this for you")
+
     def fn(act: Tensor) -> Tensor:                          # [batch, D] or [batch, pos, ...]
+        if act.ndim >= 3: check_padding(act.shape[2 if query_axis and act.ndim == 4 else 1])
         if act.ndim == 2:
             if pos is not None:
                 raise ValueError(f"the activation at {hook!r} has no position axis: pass pos=None")
@@ -130,9 +154,12 @@ def ablate(model: nn.Module, hook: str, core: Core, mode: str = "keep", pos: int
             new = torch.where(_where(pos, *flat.shape[:2], act.device), new, flat)
         return new.reshape(act.shape)
 
-    with replace_activation(model, hook, fn):
-        yield model
-
+    pre = model.register_forward_pre_hook(note_lengths, with_kwargs=True)
+    try:
+        with replace_activation(model, hook, fn):
+            yield model
+    finally:
+        pre.remove()
 
 # %% ../nbs/11_ablate.ipynb #8e63b76c
 def _gap(intact: float, chance: float) -> float:
@@ -180,6 +207,39 @@ def necessity(perf_remove: float, intact: float, chance: float) -> float:
     """
     return (float(intact) - float(perf_remove)) / _gap(intact, chance)
 
+# %% ../nbs/11_ablate.ipynb #47dff600
+def _number(v, batch: int) -> float:
+    "A metric's value as a float; a clear error for anything else."
+    if isinstance(v, Tensor) and v.numel() != 1:
+        raise ValueError(f"metric returned a Tensor of shape {tuple(v.shape)}: return a number, or one value per "
+                         f"prompt (a Tensor [{batch}])")
+    return float(v)
+
+
+def _left_padded(parts, groups, fill):
+    "Outputs (or inputs) of the length groups as one batch, each row ending at the last position: [batch, T, ...]."
+    if isinstance(parts, Tensor):                                   # the inputs: cut into the groups' rows
+        parts = [x for _, x in groups]
+    B, T = sum(len(r) for r, _ in groups), max(x.shape[1] for _, x in groups)
+    for (rows, x), o in zip(groups, parts):
+        if not isinstance(o, Tensor) or o.ndim < 2 or o.shape[:2] != x.shape[:2]:
+            raise ValueError(f"the model's output on prompts of one length is "
+                             f"{tuple(o.shape) if isinstance(o, Tensor) else type(o).__name__}, not [batch, pos, ...]: "
+                             f"it cannot be aligned across prompts of different lengths; evaluate one length at a "
+                             f"time (coreinv.hooks.split_by_length)")
+    if fill != fill and not parts[0].is_floating_point(): fill = 0
+    out = parts[0].new_full((B, T, *parts[0].shape[2:]), fill if fill is not None else 0)
+    for (rows, x), o in zip(groups, parts):
+        out[rows.to(out.device), T - x.shape[1]:] = o
+    return out
+
+
+def _rows_of(pos, rows: Tensor, T: int):
+    "`pos` for the prompts `rows` of one length T: a start or mask tensor keeps their rows, cut to T."
+    if not isinstance(pos, Tensor) or pos.shape[0] == 1: return pos[:, :T] if isinstance(pos, Tensor) and pos.ndim == 2 else pos
+    picked = pos[rows.to(pos.device)]
+    return picked[:, :T] if picked.ndim == 2 else picked
+
 # %% ../nbs/11_ablate.ipynb #a022816a
 @dataclass
 class CoreDims:
@@ -198,6 +258,13 @@ class CoreDims:
         The raw metric per k, core kept / removed; nan where not evaluated.
     skipped : dict k → str
         The k the core source could not give (e.g. beyond a baseline's span), with the reason.
+    intact, chance : float
+        The two ends of the scores.
+    noise : float or None
+        The metric's standard error, where it was measured (`hook_evaluator` with a per-prompt metric).
+    problems : list of str
+        Why the scores cannot be read as a core (a score beyond the intact end by more than the noise
+        allows); empty when they can. `reliable` is `not problems`.
     """
     k_sufficient: int | None
     k_necessary: int | None
@@ -208,7 +275,13 @@ class CoreDims:
     keep: list[float] = field(default_factory=list)     # the raw metric, core kept; nan where not evaluated
     remove: list[float] = field(default_factory=list)   # the raw metric, core removed
     skipped: dict = field(default_factory=dict)         # k → why the source gave no core
+    intact: float = math.nan
+    chance: float = math.nan
+    noise: float | None = None                          # the metric's standard error, where measured
+    problems: list = field(default_factory=list)        # why the scores are no core; empty: reliable
 
+    @property
+    def reliable(self) -> bool: return not self.problems
 
 # %% ../nbs/11_ablate.ipynb #c7f81eab
 @patch
@@ -231,10 +304,12 @@ def bounded(self: CoreDims, which: str = "k_sufficient") -> tuple[int, bool]:
     Raises
     ------
     ValueError
-        If `which` is neither name, or no k was searched.
+        If `which` is neither name, no k was searched, or the result is not reliable (`problems`).
     """
     if which not in ("k_sufficient", "k_necessary"):
         raise ValueError(f"which must be 'k_sufficient' or 'k_necessary', got {which!r}")
+    if self.problems:
+        raise ValueError(f"these scores measure no core: {'; '.join(self.problems)}")
     k = getattr(self, which)
     if k is not None:
         return k, False
@@ -242,16 +317,41 @@ def bounded(self: CoreDims, which: str = "k_sufficient") -> tuple[int, bool]:
         raise ValueError(f"{which} is None and no k was searched: there is no bound")
     return self.ks[-1] + 1, True
 
-
 # %% ../nbs/11_ablate.ipynb #bd64c64a
 @patch
-def table(self: CoreDims) -> str:
-    "The measurements as a markdown table (a skipped k says why)."
-    rows = [f"| {k} | skipped: {self.skipped[k]} | | | |" if k in self.skipped else
-            f"| {k} | {a:.4g} | {s:.3f} | {b:.4g} | {n:.3f} |"
-            for k, a, s, b, n in zip(self.ks, self.keep, self.sufficiency, self.remove, self.necessity)]
-    return "| k | keep | sufficiency | remove | necessity |\n|---|---|---|---|---|\n" + "\n".join(rows)
+def table(self: CoreDims, control: CoreDims | None = None) -> str:
+    """The measurements as a markdown table, under a line that says what they mean.
 
+    The line gives intact, chance and the noise, the thresholds and the k chosen (or that none
+    qualified), and any problem; each row the raw metric and its score, kept and removed. With a
+    `control` (e.g. `core_dims` of `random_core` at the same ks) its scores stand beside them.
+    """
+    th = self.thresholds
+    rule = (f"sufficient: score ≥ {th.get('sufficient')}, necessary: score ≥ {th.get('necessary')}"
+            if th.get("thresholds", "relative") == "relative" else
+            f"sufficient: keep reaches {th.get('sufficient')}, necessary: remove reaches {th.get('necessary')} (raw)")
+    def k_of(d, which):
+        k = getattr(d, which)
+        return str(k) if k is not None else (f"none up to {d.ks[-1]}" if d.ks else "none")
+    noise = f" ± {self.noise:.2g}" if self.noise is not None else ""
+    head = (f"intact {self.intact:.4g}{noise}, chance {self.chance:.4g}; {rule}. "
+            f"k sufficient: {k_of(self, 'k_sufficient')}, k necessary: {k_of(self, 'k_necessary')}")
+    if control is not None:
+        head += f" (control: {k_of(control, 'k_sufficient')} and {k_of(control, 'k_necessary')})"
+    if self.problems:
+        head = "**Not a core:** " + "; ".join(self.problems) + "\n\n" + head
+    cols = "| k | keep | sufficiency | remove | necessity |"
+    if control is not None: cols += " control sufficiency | control necessity |"
+    other = {k: (s, n) for k, s, n in zip(control.ks, control.sufficiency, control.necessity)} if control else {}
+    rows = []
+    for k, a, s, b, n in zip(self.ks, self.keep, self.sufficiency, self.remove, self.necessity):
+        row = (f"| {k} | skipped: {self.skipped[k]} | | | |" if k in self.skipped else
+               f"| {k} | {a:.4g} | {s:.3f} | {b:.4g} | {n:.3f} |")
+        if control is not None:
+            cs, cn = other.get(k, (math.nan, math.nan))
+            row += f" {cs:.3f} | {cn:.3f} |"
+        rows.append(row)
+    return head + "\n\n" + cols + "\n|" + "---|" * cols.count(" |") + "\n" + "\n".join(rows)
 
 # %% ../nbs/11_ablate.ipynb #d8c667ca
 def _smallest(ks: list[int], ok: Callable[[int], bool], bisect: bool) -> int | None:
@@ -269,11 +369,29 @@ def _smallest(ks: list[int], ok: Callable[[int], bool], bisect: bool) -> int | N
     return ks[hi]
 
 
+# %% ../nbs/11_ablate.ipynb #a84056d9
+def _beyond_intact(d: CoreDims) -> list[str]:
+    """Scores that leave [0, 1] on the intact side by more than the noise allows: sufficiency above 1 (the
+    core kept does better than the whole model) or necessity below 0 (removing it helps)."""
+    if d.intact == d.chance or d.intact != d.intact or d.chance != d.chance: return []
+    slack = 3 * d.noise / abs(d.intact - d.chance) if d.noise is not None else 0.5
+    out = []
+    suf = [(k, s) for k, s in zip(d.ks, d.sufficiency) if s == s and s > 1 + slack]
+    nec = [(k, n) for k, n in zip(d.ks, d.necessity) if n == n and n < -slack]
+    for what, bad in (("sufficiency", suf), ("necessity", nec)):
+        if bad:
+            k, s = max(bad, key=lambda b: abs(b[1] - 0.5))
+            out.append(f"{what} reaches {s:.3g} at k={k}, beyond the intact end of [0, 1] by more than "
+                       f"{'3 noise' if d.noise is not None else 'half the gap'} ({slack:.2g}): intact {d.intact:.4g} "
+                       f"and chance {d.chance:.4g} are too close to measure against")
+    return out
+
 # %% ../nbs/11_ablate.ipynb #fc8c9e7a
 def core_dims(evaluate: Callable[[Core, str], float], cores: ACE | Callable[[int], Core],
               ks: Iterable[int], intact: float, chance: float,
               sufficient: float = 0.9, necessary: float = 0.9, *, thresholds: str = "relative",
-              higher_is_better: bool | None = None, search: str = "sweep", progress: bool = True) -> CoreDims:
+              higher_is_better: bool | None = None, search: str = "sweep", progress: bool = True,
+              noise: float | None = None) -> CoreDims:
     """Smallest sufficient and smallest necessary k, from `evaluate(core, mode)` over `ks`.
 
     Parameters
@@ -296,6 +414,13 @@ def core_dims(evaluate: Callable[[Core, str], float], cores: ACE | Callable[[int
         Evaluate every k, or bisect (assumes the tests are monotone in k).
     progress : bool, default True
         A tqdm bar over the evaluations.
+    noise : float, optional
+        The metric's standard error. Default: `evaluate.noise()` where `evaluate` comes from
+        `hook_evaluator` with a per-prompt metric, else unknown. With relative thresholds, an intact
+        and a chance closer than 2 √2 noise are refused (no core can be measured against them), and
+        a score beyond the intact end (sufficiency above 1, necessity below 0) by more than 3 noise
+        (half the gap where the noise is unknown) marks the result unreliable (`CoreDims.problems`,
+        a RuntimeWarning): a core cannot do better than the model it is cut from.
 
     Returns
     -------
@@ -310,7 +435,7 @@ def core_dims(evaluate: Callable[[Core, str], float], cores: ACE | Callable[[int
     ValueError
         If `ks` is empty or not positive, on an unknown `thresholds` or `search`, if no k gives
         a core, if an ACE is asked for k beyond its rank, or (relative thresholds) if intact
-        equals chance.
+        equals chance or lies within the noise of it.
     """
     get = cores.core if isinstance(cores, ACE) else cores
     ks = sorted(set(int(k) for k in ks))
@@ -320,8 +445,15 @@ def core_dims(evaluate: Callable[[Core, str], float], cores: ACE | Callable[[int
         raise ValueError(f"thresholds must be 'relative' or 'raw', got {thresholds!r}")
     if search not in ("sweep", "bisect"):
         raise ValueError(f"search must be 'sweep' or 'bisect', got {search!r}")
+    if noise is None and getattr(evaluate, "per_prompt", False) and callable(getattr(evaluate, "noise", None)):
+        noise = float(evaluate.noise())
     if thresholds == "relative":
-        _gap(intact, chance)
+        gap = _gap(intact, chance)
+        if noise is not None and abs(gap) < 2 * math.sqrt(2) * noise:
+            raise ValueError(f"intact {float(intact):.4g} and chance {float(chance):.4g} differ by {abs(gap):.2g}, within "
+                             f"the metric's noise (standard error {noise:.2g} each): at this hook the task does not "
+                             f"depend on the activation measurably, so no core can be measured; try another hook, more "
+                             f"prompts, or a metric the ablation moves")
     up = (intact > chance) if higher_is_better is None else higher_is_better
     built, skipped = {}, {}
     for k in ks:                                   # a baseline spans only so many dimensions
@@ -359,50 +491,96 @@ def core_dims(evaluate: Callable[[Core, str], float], cores: ACE | Callable[[int
             for k in ks_ok:
                 if k not in measured["keep"]: value(k, "keep")
                 if k not in measured["remove"]: value(k, "remove")
-    return CoreDims(k_suf, k_nec, ks, [scores(k, "keep") for k in ks], [scores(k, "remove") for k in ks],
-                    dict(sufficient=sufficient, necessary=necessary, thresholds=thresholds, search=search),
-                    [measured["keep"].get(k, math.nan) for k in ks], [measured["remove"].get(k, math.nan) for k in ks],
-                    skipped)
-
+    out = CoreDims(k_suf, k_nec, ks, [scores(k, "keep") for k in ks], [scores(k, "remove") for k in ks],
+                   dict(sufficient=sufficient, necessary=necessary, thresholds=thresholds, search=search),
+                   [measured["keep"].get(k, math.nan) for k in ks], [measured["remove"].get(k, math.nan) for k in ks],
+                   skipped, float(intact), float(chance), noise)
+    out.problems = _beyond_intact(out) if thresholds == "relative" else []    # raw: the caller's own levels decide
+    if out.problems:
+        warnings.warn("core_dims: these scores measure no core: " + "; ".join(out.problems), RuntimeWarning, stacklevel=2)
+    return out
 
 # %% ../nbs/11_ablate.ipynb #662ea63d
 def hook_evaluator(model: nn.Module, hook: str, inputs: Tensor, metric: Callable[..., float],
-                   pos: int | None = None) -> Callable[[Core | None, str], float]:
+                   pos: int | slice | Tensor | None = None) -> Callable[[Core | None, str], float]:
     """`evaluate(core, mode)`: `metric(model(inputs)[, inputs])` with `core` kept/removed at `hook` (None: intact).
+
+    Prompts of different lengths, which `to_tokens` pads on the right, are run one length at a time
+    (`split_by_length`), and the metric sees the outputs as left padding would give them: each
+    prompt's outputs end at the last position, so `logits[:, -1]` is every prompt's own last token,
+    and the rows keep their order. The positions before a shorter prompt's start hold NaN (its
+    `inputs` the pad id): a metric that reads them returns NaN, which is refused.
 
     Parameters
     ----------
     model : nn.Module
     hook : str
+        One of `hook_names(model)`, checked here.
     inputs : Tensor [batch, ...]
+        Token ids [batch, pos] for a TransformerLens model, checked as `ACE.fit_hook` checks them.
     metric : callable (model_output) → float, or (model_output, inputs) → float
         A TransformerLens-style `metric(logits)` (one positional parameter) gets the model's output
-        only; a two-parameter one also gets `inputs`.
-    pos : int, optional
-        Ablate at this position only (see `ablate`).
+        only; a two-parameter one also gets `inputs`. It may return one value per prompt (a Tensor
+        [batch]): `evaluate` returns their mean, and `evaluate.noise()` their standard error, which
+        `core_dims` uses to tell a measured core from noise.
+    pos : int, slice, Tensor or None
+        Ablate there only (see `ablate`), counted in each prompt: -1 is its own last token.
 
     Returns
     -------
     callable (core or None, mode="keep") → float, run without gradients; the `evaluate` of `core_dims`.
+    Its `noise()` is the standard error of the intact model's mean (a per-prompt metric only).
 
     Raises
     ------
     ValueError
-        If `metric` is not callable.
+        At once: an unknown hook (with the closest names), a metric that is not callable, an empty
+        batch or tokens outside the vocabulary. When called: a metric that returns NaN on a padded
+        batch (it read before a prompt's start), or neither a number nor one value per prompt.
     """
+    _resolve(model, hook)
     if not callable(metric):
         raise ValueError(f"metric must be a callable metric(logits) or metric(logits, inputs) → float, "
                          f"got {type(metric).__name__}")
-    score = (lambda out: metric(out)) if _n_args(metric) == 1 else (lambda out: metric(out, inputs))
+    _check_tokens(model, inputs)
+    tokens = isinstance(inputs, Tensor) and inputs.ndim == 2 and not inputs.is_floating_point()
+    groups = split_by_length(model, inputs) if tokens else [(torch.arange(inputs.shape[0]), inputs)]
+    shown = inputs if len(groups) == 1 else _left_padded(inputs, groups, _pad_id(model))
+    score = (lambda out: metric(out)) if _n_args(metric) == 1 else (lambda out: metric(out, shown))
+
+    def values(core: Core | None, mode: str):
+        with torch.no_grad():
+            outs = []
+            for rows, x in groups:
+                at = pos if len(groups) == 1 else _rows_of(pos, rows, x.shape[1])
+                if core is None: outs.append(model(x))
+                else:
+                    with ablate(model, hook, core, mode, at): outs.append(model(x))
+            out = outs[0] if len(groups) == 1 else _left_padded(outs, groups, math.nan)
+            return score(out)
 
     def evaluate(core: Core | None, mode: str = "keep") -> float:
-        with torch.no_grad():
-            if core is None:
-                return float(score(model(inputs)))
-            with ablate(model, hook, core, mode, pos):
-                return float(score(model(inputs)))
-    return evaluate
+        v = values(core, mode)
+        if isinstance(v, Tensor) and v.ndim == 1 and v.shape[0] == inputs.shape[0] and inputs.shape[0] > 1:
+            evaluate.per_prompt = True
+            v = v.double().mean()
+        v = _number(v, inputs.shape[0])
+        if v != v and len(groups) > 1:
+            raise ValueError(f"the metric returned NaN on prompts of {len(groups)} different lengths: it read a position "
+                             f"before a shorter prompt's start, where the outputs hold NaN (the prompts are aligned "
+                             f"at their last token, as with left padding). Read each prompt's last token "
+                             f"(logits[:, -1]), or evaluate one length at a time (coreinv.hooks.split_by_length)")
+        return v
 
+    def noise() -> float:
+        "The standard error of the intact model's mean over the prompts (a per-prompt metric)."
+        v = values(None, "keep")
+        if not (isinstance(v, Tensor) and v.ndim == 1 and v.shape[0] == inputs.shape[0] > 1):
+            raise ValueError("noise() needs a metric that returns one value per prompt (a Tensor [batch]), so that "
+                             "their spread can be measured; this one returns a single number")
+        return float(v.double().std() / math.sqrt(v.shape[0]))
+    evaluate.per_prompt, evaluate.noise = False, noise
+    return evaluate
 
 # %% ../nbs/11_ablate.ipynb #8649b6a4
 def mean_core(mean: Tensor) -> Core:

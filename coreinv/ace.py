@@ -16,7 +16,7 @@ from torch.func import jvp, vjp, vmap
 from tqdm import tqdm
 
 from ._hookplan import _HookPlan, _token_batches
-from ._jvp import _call, _check_rows, _compute_dtype, _stacked_jvp
+from ._jvp import _call, _check_row_change, _check_rows, _compute_dtype, _stacked_jvp
 from .base import Core, Estimator, _fix_signs, as_acts
 from .distributed import all_reduce_sum, gather, world
 from .hooks import _check_tokens, _n_args, _resolve, replace_activation
@@ -209,6 +209,7 @@ def _probe(fn: Callable, x: Tensor, what: str = "outputs"):
     except Exception:
         return
     _check_rows(y, yh, what)
+    _check_row_change(fn, x, y, what)
 
 
 def _warn_centring(fn: Callable, h: Tensor):
@@ -226,7 +227,6 @@ def _warn_centring(fn: Callable, h: Tensor):
                       f"the {y.shape[1]} outputs): right for log-probabilities over a class set, wrong for "
                       f"same-sign margins whose shared part is the signal; pass center_outputs=False there",
                       RuntimeWarning, stacklevel=4)
-
 
 # %% ../nbs/10_ace.ipynb #817e5eb1
 @patch
@@ -615,7 +615,7 @@ def fit_hook(self: ACE, model: nn.Module, inputs, hook: str,
         if meta:
             raise ValueError(f"the model's parameters {meta[:3]} are on the meta device, which holds no "
                              f"weights: load the model's weights first")
-        plan = _HookPlan(model, hook, readout, pos, _token_batches(inputs, self.batch_size))
+        plan = _HookPlan(model, hook, readout, pos, _token_batches(inputs, self.batch_size, model))
         part = plan.first_pass(progress)
     except Exception as e:
         err = e
@@ -634,4 +634,3 @@ def fit_hook(self: ACE, model: nn.Module, inputs, hook: str,
     self._finalize(err)
     self.hook_, self.pos_, self.joint_ = hook, pos, use_joint
     return self
-

@@ -12,11 +12,10 @@ import numpy as np
 import torch
 
 from .base import clone
-from .hooks import _check_tokens, hook_names, record_activation
+from .hooks import _check_tokens, hook_names, prompt_lengths, record_activation
 from .keys import digest, function_key
 from .runtime import atomic_write, cache_dir
 from fastcore.basics import patch
-
 
 # %% auto #0
 __all__ = ['CalibrationData', 'collect_triples', 'cached_triples', 'mlp_map', 'check_update', 'fit_realisations']
@@ -135,6 +134,12 @@ def _tokens(model, tokens, what: str) -> torch.Tensor:
                              f"got {type(tokens).__name__}") from None
     if t.ndim == 1: t = t[None]
     _check_tokens(model, t, what, also=" (or text)")                   # the library's one token check
+    n = prompt_lengths(model, t)
+    if int(n.min()) < t.shape[1]:
+        raise ValueError(f"{what}: the prompts have {int(n.min())} to {int(n.max())} real tokens, and to_tokens padded "
+                         f"the shorter ones on the right: the padding would be collected as samples (and "
+                         f"positions=-1 would read it). Collect each length apart "
+                         f"(coreinv.hooks.split_by_length(model, tokens)), or pass prompts of one token length")
     return t.cpu().long()
 
 
@@ -178,7 +183,6 @@ def collect_triples(model, tokens, layers=None, positions=None, batch_size: int 
             out[h].append(a.reshape(-1, a.shape[-1]).double().cpu().numpy())
     get = lambda h: np.stack([np.concatenate(out[f"blocks.{l}.{h}"]) for l in layers])
     return CalibrationData(get("hook_resid_pre"), get("hook_attn_out"), get("hook_resid_post"), layers)
-
 
 # %% ../nbs/30_calibration.ipynb #a64df171
 def cached_triples(model, tokens, layers=None, positions=None, *, batch_size: int = 16, name: str = "triples",

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor, nn
 
 # %% auto #0
-__all__ = ['hook_names', 'replace_activation', 'record_activation']
+__all__ = ['hook_names', 'replace_activation', 'record_activation', 'prompt_lengths', 'split_by_length']
 
 # %% ../nbs/06_hooks.ipynb #ede59725
 def _is_hooked(model) -> bool:
@@ -160,6 +160,8 @@ def _check_tokens(model, t, what: str = "inputs", also: str = "") -> Tensor:
     if not isinstance(t, Tensor) or t.ndim < 1:
         raise ValueError(f"{what}: each batch of inputs must be a Tensor [batch, ...], got "
                          f"{type(t).__name__}" + (f" of shape {tuple(t.shape)}" if isinstance(t, Tensor) else ""))
+    if t.shape[0] == 0:
+        raise ValueError(f"{what}: the batch is empty (shape {tuple(t.shape)}): pass at least one sequence")
     if t.is_meta:
         raise ValueError(f"{what}: the inputs are on the meta device, which holds no data: pass real tensors")
     cfg = getattr(model, "cfg", None)
@@ -167,7 +169,10 @@ def _check_tokens(model, t, what: str = "inputs", also: str = "") -> Tensor:
     if not isinstance(V, int) or V <= 0: return t
     if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
         raise ValueError(f"{what}: tokens are {t.dtype}, not ids: pass an integer tensor [batch, pos]{also}")
-    if t.ndim != 2 or t.numel() == 0:
+    if t.ndim == 2 and t.numel() == 0:
+        raise ValueError(f"{what}: the batch is empty ({t.shape[0]} sequences of {t.shape[1]} tokens): "
+                         f"pass at least one sequence with at least one token")
+    if t.ndim != 2:
         raise ValueError(f"{what}: tokens must be an integer tensor [batch, pos], got shape {tuple(t.shape)}")
     lo, hi = int(t.min()), int(t.max())
     if lo < 0 or hi >= V:
@@ -215,10 +220,62 @@ def _start_at(model, hook: str) -> tuple[int, str | None] | None:
     if parts[0] == "ln_final" and L > 0: return L, f"blocks.{L - 1}.hook_resid_post"
     return None
 
-
 # %% ../nbs/06_hooks.ipynb #698fe657
 def _activation(model: nn.Module, hook: str, inputs: Tensor, via: str | None = None) -> tuple[Tensor, Tensor | None]:
     "The activations at `hook` (and at `via`, earlier) on `inputs`, without running the rest of the model."
     acts, _ = record_activation(model, [hook] if via is None else [via, hook], inputs, stop=True)
     return acts[hook], acts.get(via)
 
+
+# %% ../nbs/06_hooks.ipynb #6e9a0265
+def _pad_id(model) -> int | None:
+    "The pad token id of `model.tokenizer`, or None (no tokenizer, or no pad token)."
+    pid = getattr(getattr(model, "tokenizer", None), "pad_token_id", None)
+    return pid if isinstance(pid, int) and not isinstance(pid, bool) else None
+
+
+
+def prompt_lengths(model: nn.Module, tokens: Tensor) -> Tensor:
+    """Each prompt's number of real tokens in a batch that `to_tokens` padded on the right.
+
+    Parameters
+    ----------
+    model : nn.Module
+        Its `tokenizer.pad_token_id` names the pad token (TransformerLens and coreinv's loaders set it).
+    tokens : Tensor [batch, pos]
+
+    Returns
+    -------
+    LongTensor [batch]: `pos` less the run of pad tokens that ends the row (the first token always
+    counts), where the rows end in runs of different lengths; else `pos` for every row.
+    """
+    B, T = tokens.shape[0], tokens.shape[-1]
+    full = torch.full((B,), T, dtype=torch.long)
+    pid = _pad_id(model)
+    if pid is None or tokens.ndim != 2 or B < 2 or T < 2 or tokens.is_floating_point(): return full
+    run = (tokens == pid).flip(1).long().cumprod(1).sum(1).clamp(max=T - 1).cpu()   # [batch] trailing pads
+    return full if bool((run == run[0]).all()) else T - run
+
+
+
+def split_by_length(model: nn.Module, tokens: Tensor) -> list[tuple[Tensor, Tensor]]:
+    """A right-padded batch as batches of one length each, the padding cut off.
+
+    Parameters
+    ----------
+    model : nn.Module
+    tokens : Tensor [batch, pos]
+
+    Returns
+    -------
+    list of (rows, tokens) in order of length: `rows` LongTensor [b] the rows of `tokens` of that
+    length, `tokens` [b, length] those rows without their padding. An unpadded batch is one group,
+    `(arange(batch), tokens)`, its tokens the caller's own tensor.
+    """
+    n = prompt_lengths(model, tokens)
+    if bool((n == tokens.shape[-1]).all()): return [(torch.arange(tokens.shape[0]), tokens)]
+    out = []
+    for L in sorted(set(n.tolist())):
+        rows = torch.nonzero(n == L).flatten()
+        out.append((rows, tokens[rows.to(tokens.device), :L]))
+    return out

@@ -68,7 +68,7 @@ def fit_hooks(model: nn.Module, inputs, hooks: Sequence[str], readout: Callable[
                   rtol=rtol, float64=float64) for _ in names]
     for a in params: a._check_params()
     H, G = {h: [] for h in names}, {h: [] for h in names}         # per batch: [b, D] and [b, O, D]
-    batches = _token_batches(inputs, batch_size)
+    batches = _token_batches(inputs, batch_size, model)
     for x in tqdm(batches, total=len(batches) if hasattr(batches, "__len__") else None, desc="fit_hooks",
                   unit="batch", disable=not progress):
         _check_tokens(model, x)
