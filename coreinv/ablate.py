@@ -545,18 +545,19 @@ def hook_evaluator(model: nn.Module, hook: str, inputs: Tensor, metric: Callable
     _check_tokens(model, inputs)
     tokens = isinstance(inputs, Tensor) and inputs.ndim == 2 and not inputs.is_floating_point()
     groups = split_by_length(model, inputs) if tokens else [(torch.arange(inputs.shape[0]), inputs)]
-    shown = inputs if len(groups) == 1 else _left_padded(inputs, groups, _pad_id(model))
+    padded = len(groups) > 1 or groups[0][1].shape[-1] != inputs.shape[-1]  # prompts with padding cut off
+    shown = _left_padded(inputs, groups, _pad_id(model)) if padded else inputs
     score = (lambda out: metric(out)) if _n_args(metric) == 1 else (lambda out: metric(out, shown))
 
     def values(core: Core | None, mode: str):
         with torch.no_grad():
             outs = []
             for rows, x in groups:
-                at = pos if len(groups) == 1 else _rows_of(pos, rows, x.shape[1])
+                at = _rows_of(pos, rows, x.shape[1]) if padded else pos
                 if core is None: outs.append(model(x))
                 else:
                     with ablate(model, hook, core, mode, at): outs.append(model(x))
-            out = outs[0] if len(groups) == 1 else _left_padded(outs, groups, math.nan)
+            out = _left_padded(outs, groups, math.nan) if padded else outs[0]
             return score(out)
 
     def evaluate(core: Core | None, mode: str = "keep") -> float:
@@ -565,8 +566,8 @@ def hook_evaluator(model: nn.Module, hook: str, inputs: Tensor, metric: Callable
             evaluate.per_prompt = True
             v = v.double().mean()
         v = _number(v, inputs.shape[0])
-        if v != v and len(groups) > 1:
-            raise ValueError(f"the metric returned NaN on prompts of {len(groups)} different lengths: it read a position "
+        if v != v and padded:
+            raise ValueError(f"the metric returned NaN on padded prompts ({len(groups)} lengths): it read a position "
                              f"before a shorter prompt's start, where the outputs hold NaN (the prompts are aligned "
                              f"at their last token, as with left padding). Read each prompt's last token "
                              f"(logits[:, -1]), or evaluate one length at a time (coreinv.hooks.split_by_length)")

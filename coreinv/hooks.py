@@ -247,14 +247,14 @@ def prompt_lengths(model: nn.Module, tokens: Tensor) -> Tensor:
     Returns
     -------
     LongTensor [batch]: `pos` less the run of pad tokens that ends the row (the first token always
-    counts), where the rows end in runs of different lengths; else `pos` for every row.
+    counts); `pos` for every row of a model whose tokenizer has no pad token.
     """
     B, T = tokens.shape[0], tokens.shape[-1]
     full = torch.full((B,), T, dtype=torch.long)
     pid = _pad_id(model)
-    if pid is None or tokens.ndim != 2 or B < 2 or T < 2 or tokens.is_floating_point(): return full
+    if pid is None or tokens.ndim != 2 or T < 2 or tokens.is_floating_point(): return full
     run = (tokens == pid).flip(1).long().cumprod(1).sum(1).clamp(max=T - 1).cpu()   # [batch] trailing pads
-    return full if bool((run == run[0]).all()) else T - run
+    return T - run
 
 
 

@@ -71,7 +71,7 @@ def test_hook_evaluator_batched_equals_one_at_a_time(study):
 def test_metric_reading_padding_is_refused(study):
     model, toks, _, _ = study
     whole = hook_evaluator(model, HOOK, toks, lambda logits: logits.log_softmax(-1).max(-1).values.mean())
-    with pytest.raises(ValueError, match="NaN on prompts of"):
+    with pytest.raises(ValueError, match="NaN on padded prompts"):
         whole(None)
 
 
