@@ -39,7 +39,7 @@ STAMP_TL4 := $(VENV_TL4)/.installed
 TL4_TESTS := tests/test_readme.py tests/test_models.py tests/test_user_model.py tests/test_ace.py tests/test_ace_fit_hook.py \
 	tests/test_ace_ablate.py tests/test_ace_compare.py tests/test_ace_identify.py tests/test_koopman.py \
 	tests/test_koopman_calibration.py tests/test_koopman_streaming.py tests/test_koopman_dictionaries.py \
-	tests/test_invariance.py tests/test_heldout.py tests/test_sae.py tests/test_api.py tests/test_das.py
+	tests/test_invariance.py tests/test_heldout.py tests/test_sae.py tests/test_api.py tests/test_das.py tests/test_padding.py
 $(STAMP_TL4): requirements-tl4.txt requirements-nodeps.txt setup.py settings.ini
 	test -x $(VENV_TL4)/bin/python || $(PYTHON) -m venv $(VENV_TL4)
 	$(VENV_TL4)/bin/python -m pip install -q --disable-pip-version-check -r requirements-tl4.txt 2>&1 | { grep -v 'is ignored: it is neither' || true; }

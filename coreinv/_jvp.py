@@ -241,18 +241,21 @@ def _call(what: str, shape: tuple, fn, *args):
                          f"can differentiate (no .numpy(), .item() or in-place writes to its input)") from e
 
 
+def _refuse_mixed(y: Tensor, other: Tensor, what: str, how: str):
+    "Refuse when `other` differs from `y` beyond round-off: `how` says what was compared (with {gap})."
+    tol = 10 * torch.finfo(y.dtype).eps ** 0.5                  # batched vs split round-off: far below
+    a, b = y.double(), other.double()
+    gap = float((a - b).abs().max() / torch.maximum(a.abs().max(), b.abs().max()).clamp_min(1e-30))
+    if gap > tol:
+        raise ValueError(f"{what} mixes samples across the batch: {how.format(gap=f'{gap:.2g}')} (relative). "
+                         f"Each row's outputs must depend on that row only (no log_softmax(0), mean(0), batch "
+                         f"norm or other batch statistics)")
+
+
 def _check_rows(y: Tensor, yh: Tensor, what: str):
     "`y` [n, ...] on a whole batch against `yh`, the same on its two halves: refuse outputs that mix rows."
     if yh.shape != y.shape: return
-    n = y.shape[0]
-    tol = 10 * torch.finfo(y.dtype).eps ** 0.5                  # batched vs split round-off: far below
-    y, yh = y.double(), yh.double()
-    gap = float((y - yh).abs().max() / y.abs().max().clamp_min(1e-30))
-    if gap > tol:
-        raise ValueError(f"{what} mixes samples across the batch: on {n} rows its outputs differ from "
-                         f"those of the two halves by {gap:.2g} (relative). Each row's outputs must depend "
-                         f"on that row only (no log_softmax(0), mean(0), batch norm or other batch "
-                         f"statistics)")
+    _refuse_mixed(y, yh, what, f"on {y.shape[0]} rows its outputs differ from those of the two halves by {{gap}}")
 
 
 
@@ -275,11 +278,4 @@ def _check_row_change(fn: Callable, x: Tensor, y: Tensor, what: str):
     except Exception:
         return
     if not isinstance(y2, Tensor) or y2.shape != y.shape: return
-    tol = 10 * torch.finfo(y.dtype).eps ** 0.5
-    a, b = y[1:].double(), y2[1:].double()
-    gap = float((a - b).abs().max() / a.abs().max().clamp_min(1e-30))
-    if gap > tol:
-        raise ValueError(f"{what} mixes samples across the batch: changing row 0 alone moved the other "
-                         f"{x.shape[0] - 1} rows' outputs by {gap:.2g} (relative). Each row's outputs must depend "
-                         f"on that row only (no log_softmax(0), mean(0), batch norm or other batch "
-                         f"statistics)")
+    _refuse_mixed(y[1:], y2[1:], what, f"changing row 0 alone moved the other {x.shape[0] - 1} rows' outputs by {{gap}}")

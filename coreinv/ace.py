@@ -560,6 +560,10 @@ def fit_hook(self: ACE, model: nn.Module, inputs, hook: str,
         A Tensor is cut into `batch_size` chunks. Batches are read twice (the mean, then the
         JVPs), so a one-shot generator is refused. For a TransformerLens model each batch must be
         token ids [batch, pos] (an integer tensor, ids in 0..d_vocab − 1, at most n_ctx positions).
+        Batches may differ in length, and prompts of different lengths may share a batch: one that
+        `to_tokens` padded on the right is fitted one length at a time with the padding cut off
+        (`coreinv.hooks.split_by_length`), so `pos=-1` is each prompt's own last token and no pad
+        position becomes a sample. The readout then gets each such batch on its own.
     hook : str
         Where the activation is taken, e.g. "blocks.1.hook_resid_post". The position axis is
         axis 1 ([batch, pos, ...]), except at `hook_pattern` and `hook_attn_scores`

@@ -169,7 +169,9 @@ def collect_triples(model, tokens, layers=None, positions=None, batch_size: int 
     ------
     ValueError
         If the tokens are not integer ids in the vocabulary (float, out of range, longer than
-        n_ctx), text without a tokenizer, or a layer is out of range.
+        n_ctx), prompts of different lengths padded on the right (the padding would become samples:
+        collect each length apart, `coreinv.hooks.split_by_length`), text without a tokenizer, or a
+        layer is out of range.
     """
     layers, tokens = _layers(model, layers), _tokens(model, tokens, "collect_triples")
     hooks = [f"blocks.{l}.{h}" for l in layers for h in ("hook_resid_pre", "hook_attn_out", "hook_resid_post")]

@@ -30,6 +30,8 @@ def fit_hooks(model: nn.Module, inputs, hooks: Sequence[str], readout: Callable[
     model : nn.Module
         As in `ACE.fit_hook`: a `HookedTransformer`, a `TransformerBridge` or any module, in eval mode.
     inputs : Tensor [batch, ...] or a re-iterable of such batches
+        Batches may differ in length; a batch of prompts that `to_tokens` padded on the right is read
+        one length at a time without its padding, so `pos=-1` is each prompt's own last token.
         As in `ACE.fit_hook` (token ids for a TransformerLens model).
     hooks : sequence of str
         Hook names; each activation is [batch, pos, ...] (its trailing axes flattened to D).

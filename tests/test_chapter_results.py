@@ -49,11 +49,11 @@ RULES = {
                                                       for a, f in zip(m["min_test_acc_after"], m["final_test_acc"])]),
         "grokking.crystallises": lambda m, S: _most([
             st == 1 and a <= S["thr_crystal"] * b and n <= S["thr_nec_over_suff"] * a and not censored
-            for st, b, a, n, censored in zip(m["at_is_stable"], m["suff_k_before"], m["suff_k_at"], m["nec_k_at"],
+            for st, b, a, n, censored in zip(m["at_is_grokked"], m["suff_k_before"], m["suff_k_at"], m["nec_k_at"],
                                              m["nec_k_at_is_lower_bound"])]),
         "grokking.unit_circle": lambda m, S: _most([
             st == 1 and a <= S["thr_unit"] and a <= S["thr_unit_ratio"] * b
-            for st, a, b in zip(m["after_is_stable"], m["after"], m["before"])]),
+            for st, a, b in zip(m["after_is_grokked"], m["after"], m["before"])]),
         "grokking.snap_at_grokking": lambda m, S: _most([sn == 1 and x <= S["thr_snap"]
                                                          for sn, x in zip(m["snapped"], m["snap_over_tau_grok"])]),
         "grokking.frequencies": lambda m, S: (
@@ -63,7 +63,7 @@ RULES = {
         # judged over the seeds whose stable "after" is >= thr_wd_window x tau_grok in weight-decay time
         "grokking.inflation": lambda m, S: _most([
             ne >= S["thr_inflate"] * na and abs(se - sa) <= S["thr_suff_flat"] * sa
-            for st, w, na, ne, sa, se in zip(m["after_is_stable"], m["wd_after_over_wd_tau"], m["nec_k_at"],
+            for st, w, na, ne, sa, se in zip(m["after_is_grokked"], m["wd_after_over_wd_tau"], m["nec_k_at"],
                                              m["nec_k_after"], m["suff_k_at"], m["suff_k_after"])
             if st == 1 and w >= S["thr_wd_window"]]),
         "grokking.alpha": lambda m, S: m["ci95"][0] <= 1 <= m["ci95"][1] and (m["ci95"][0] > 0 or m["ci95"][1] < 0),

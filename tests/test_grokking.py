@@ -294,11 +294,12 @@ def test_a_kept_sweep_is_read_back_and_trains_nothing(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("preset", ["ci", "book", "paper"])
 def test_analysis_spacings_hit_snapshots(preset):
-    """The chapter analyses every `dense_every`-th and `late_every`-th step (the snap's window and inflation's),
-    picking them from the snapshots by `step % spacing == 0`: a spacing that is not a multiple of
-    `snapshot_every` would leave a window empty without a word."""
+    """The chapter analyses every `dense_every`-th step (the snap's window), picking them from the snapshots by
+    `step % spacing == 0`, and judges each snapshot on its own logged test accuracy (a grokked snapshot): a
+    spacing that is not a multiple of `snapshot_every`, or snapshots between logged steps, would leave a window
+    empty or a snapshot unjudged without a word."""
     from coreinv.tasks.grokking.presets import SIZES
     S = SIZES.at(preset)
-    for name in ("dense_every", "late_every"):
-        assert S[name] >= S.snapshot_every and S[name] % S.snapshot_every == 0, (preset, name, S[name])
-    assert S.late_every < S.steps
+    assert S.dense_every >= S.snapshot_every and S.dense_every % S.snapshot_every == 0, (preset, S.dense_every)
+    assert S.snapshot_every % S.log_every == 0, (preset, S.snapshot_every, S.log_every)
+    assert "late_every" not in S

@@ -1,4 +1,4 @@
-"The README's 'Use coreinv on your model' section runs as written, on the packaged SmolLM2-135M."
+"The README's 'Use coreinv on your model' section runs as written, on the packaged SmolLM2-135M, and says what it found."
 import os
 import re
 from pathlib import Path
@@ -6,6 +6,8 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np
+
+from coreinv import prompt_lengths
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 HEADING = "## Use coreinv on your model"
@@ -26,11 +28,16 @@ def test_readme_your_model_section_runs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     ns = {"__name__": "__readme__"}
     exec(compile(code, str(README), "exec"), ns)
-    dims, edmd, ace, tokens = ns["dims"], ns["edmd"], ns["ace"], ns["tokens"]
-    assert tokens.shape == (64, 13) and (tokens[:, 0] == tokens[0, 0]).all()     # samples from one first token
-    assert ace.rank_ >= 16 and dims.ks == [1, 2, 4, 8, 16]
+    dims, control, edmd, ace, tokens = ns["dims"], ns["control"], ns["edmd"], ns["ace"], ns["tokens"]
+    model = ns["model"]
+    lengths = prompt_lengths(model, tokens)
+    assert tokens.shape[0] == 32 and len(set(lengths.tolist())) > 1          # prompts of different lengths, padded
+    assert ace.rank_ >= 12 and dims.ks == [1, 2, 4, 8, 12] and dims.reliable
     assert all(0 <= s <= 1.01 for s in dims.sufficiency)
+    assert dims.sufficiency[-1] > 3 * control.sufficiency[-1]                # ACE beats a random subspace
+    assert dims.intact > dims.chance + 4 * dims.noise                       # the gap is measured
     assert np.isfinite(edmd.eigvals_).all() and len(edmd.eigvals_) == 9      # 8 PCA features + the constant
+    assert all(np.isfinite(h.eigvals_).all() for h in ns["halves"])
 
 
 def test_make_test_runs_every_chapter_and_slow_test_once():

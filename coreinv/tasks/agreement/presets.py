@@ -21,7 +21,7 @@ __all__ = ['SIZES']
 # 5-11 (training 1343 s, analysis 302 s; 2026-12-01), with cached models in about the analysis time; paper: longer training, more test pairs. Thresholds: the issue's, fixed before any run.
 _agr_thr = dict(thr_learned=0.95, thr_one_dim=0.1, thr_sufficient=0.9, thr_necessary=0.6, thr_flip=0.9,
                 thr_spearman=0.8, n_verbs=6, max_new=12)
-# issue 24 (fixed before the chapter ran with the new rulers): necessary when removal leaves ≤ 10% of the signed
+# Fixed before the chapter ran with the new rulers): necessary when removal leaves ≤ 10% of the signed
 # margin (or accuracy ≤ thr_necessary); sufficient needs ≥ half the margin kept (lower bound of its interval);
 # the flip is relative to the intact ceiling (thr_flip × ceiling); Spearman must beat the label-only null by 0.1.
 _agr_thr |= dict(thr_margin=0.1, thr_keep_margin=0.5, thr_spearman_excess=0.1)
@@ -36,19 +36,19 @@ _agr_book_models = (_agr_ci_models[0], _agr_ci_models[1] | dict(steps=1200)) + (
     # the BPE transformer: the word model's size and steps (chosen before any run of it), its own corpus and seed
     dict(name="bpe", arch="bpe", n_layers=2, d_model=64, n_heads=4, corpus_seed=4, seed=4, steps=800),
     dict(name="gpt2", arch="gpt2", n_layers=2, d_model=64, n_heads=4, corpus_seed=3, seed=3, steps=800),
-    # issue 24: a second seed (init and corpus sample) of the two cheapest kinds, for the spread over seeds
+    # A second seed (init and corpus sample) of the two cheapest kinds, for the spread over seeds
     dict(name="word_b", n_layers=2, d_model=64, n_heads=4, positional="standard", corpus_seed=5, seed=5, steps=800),
     dict(name="gpt2_b", arch="gpt2", n_layers=2, d_model=64, n_heads=4, corpus_seed=6, seed=6, steps=800),
-    # issue 24: a 4-layer word-level transformer, so that `late` can be tested (the layer rule never reads the last
+    # A 4-layer word-level transformer, so that `late` can be tested (the layer rule never reads the last
     # hook, so only a model of >= 4 layers can have an upper-half layer chosen). Its size was chosen before any
     # run of it: the word model's width (d_model 64, 4 heads, standard positions), so depth is the only change;
     # 4 layers, the fewest that make `late` testable; 1000 steps, the step count of the sae_gap chapter's
     # 4-layer d_model-64 word LM at book (loss 2.68 there; between the word model's 800 and rotary's 1200).
     dict(name="deep", n_layers=4, d_model=64, n_heads=4, positional="standard", corpus_seed=7, seed=7, steps=1000))
-# issue 24: the corpus at book is >= 2 M tokens per model (n_sentences 180000: 2.10 M word tokens, 11.7 a sentence;
+# The corpus at book is >= 2 M tokens per model (n_sentences 180000: 2.10 M word tokens, 11.7 a sentence;
 # measured 8 s to generate, 1 s to encode, 40 s for the BPE tokeniser and stream, under load). The models train in
 # worker processes (coreinv.tasks.agreement.models.train_or_load with coreinv.train.map_processes), one per core.
-# issue 40: the pretrained LMs (coreinv.pretrained), measured with the same rulers on pairs rendered for their
+# The pretrained LMs (coreinv.pretrained), measured with the same rulers on pairs rendered for their
 # tokenizers (coreinv.tasks.agreement.real). Sizes chosen from the cost measured before any claim was computed
 # (2 threads, 216 pairs: one forward 5.8 s SmolLM2, 11 s Gemma, 4.5 s with only the last position unembedded;
 # every layer's ACE 43 s for SmolLM2): real_n_cell pairs per construction and number cell (4: ~110 pairs

@@ -21,12 +21,13 @@ from ...ace import ACE
 from ...identify import operator_spectrum
 from ...train import map_processes, n_processes
 from .data import ModularData, answer_accuracy
+from .training import stable_steps
 from .fourier import (active_frequencies, code_frequencies, frequency_power,
                                             rotation_summary, shift_operator)
 
 # %% auto #0
 __all__ = ['participation_ratio', 'necessity_level', 'LayerCore', 'core_at', 'pick_steps', 'CoreSnapshot', 'operator_k',
-           'track_cores', 'column', 'row_at', 'row_after', 'core_layer']
+           'track_cores', 'column', 'row_at', 'row_after', 'grokked_snapshots', 'core_layer']
 
 # %% ../../../nbs/22_grokking_cores.ipynb #f1c499e8
 def participation_ratio(s) -> float:
@@ -451,6 +452,44 @@ def row_after(rows: list[CoreSnapshot], step: int | None) -> CoreSnapshot | None
     if step is None: return None
     return next((r for r in rows if r.step >= step), None)
 
+
+# %% ../../../nbs/22_grokking_cores.ipynb #de5655f0
+def grokked_snapshots(log: dict, snapshot_steps, tau_grok: int | None, window: int,
+                      level: float = 0.95) -> tuple[list[int], int | None, int | None]:
+    """The grokked snapshots of a run, and its "at" and "after" among them.
+
+    Parameters
+    ----------
+    log : dict
+        Columns `step` and `test_acc` (`log_columns`); every snapshot step must be a logged step.
+    snapshot_steps : iterable of int
+        The steps a snapshot was kept at.
+    tau_grok : int or None
+    window : int
+        A snapshot is grokked when every logged test accuracy within ± `window` steps of it is ≥ `level`
+        (`stable_steps`; its own included).
+    level : float
+
+    Returns
+    -------
+    (grokked, at, after)
+        The grokked snapshot steps, ascending; the first of them at or after `tau_grok` (None: none, or
+        `tau_grok` is None); the last of them (None: none).
+
+    Raises
+    ------
+    ValueError
+        If a snapshot step is not a logged step (its accuracy is unknown), or as `stable_steps`.
+    """
+    flags = stable_steps(log, window, level)                          # [logged steps] (checks the columns)
+    ok = dict(zip(np.asarray(log["step"]).astype(int).tolist(), flags))
+    snaps = sorted(int(k) for k in snapshot_steps)
+    missing = [k for k in snaps if k not in ok]
+    if missing:
+        raise ValueError(f"snapshot steps {missing[:3]} are not logged steps: their test accuracy is unknown")
+    grokked = [k for k in snaps if ok[k]]
+    at = None if tau_grok is None else next((k for k in grokked if k >= tau_grok), None)
+    return grokked, at, (grokked[-1] if grokked else None)
 
 # %% ../../../nbs/22_grokking_cores.ipynb #ded7e072
 def core_layer(row: CoreSnapshot) -> int:

@@ -14,7 +14,7 @@ __all__ = ['SIZES']
 # grokking: a + b mod p, two-layer HookedTransformers (LayerNorm), full-batch AdamW, betas (0.9, 0.98), lr 3e-3,
 # ω = 1 (chapter "grokking core inflation"). Fixed before the runs; only sizes change between presets, and the
 # thresholds (thr_*) are the same.
-# The schedule (issue 42): a warm-up over the first 10% of the steps (one-cycle's), then the lr held constant
+# The schedule: a warm-up over the first 10% of the steps (one-cycle's), then the lr held constant
 #     (schedule "warmup"), so that weight-decay time ∫ lr·ω dt keeps growing and inflation's 5 × τ_grok window can be
 #     reached. The one-cycle schedule of earlier versions took the lr to 0: its runs ended at 3.5–3.7 × τ_grok in
 #     weight-decay time on every seed. Decided by one seed-0 run per option on the book model, before any core was
@@ -22,7 +22,7 @@ __all__ = ['SIZES']
 #     results/pilots/grokking_schedule.json shown in the chapter): lr 3e-3 held grokked at τ_grok 790 and reached
 #     4.4 × τ_grok in weight-decay time by step 3000; lr 1e-3 held (Nanda's) did not grok in 3000 steps. Neither
 #     reached 5 × in 3000 steps, so by the rule the larger ratio, lr 3e-3, and the steps are raised to reach it.
-# Sizes (issue 42, item 5; chosen from costs alone, before any claim at these sizes was computed). The chapter must
+# Sizes (chosen from costs alone, before any claim at these sizes was computed). The chapter must
 #     take ≤ 20 min of a cold `make book` on 2 cores, where the other build worker runs beside it. In the cold build
 #     of a35ea2c (p = 59, d_model 64, 5 seeds × 3500 steps, two sweep seeds a cell) it took 2675 s of the book's
 #     47 min (training 1410, analysis 540, sweep 697) with about 1.3 cores: 20 min at that share is ≈ 1560 core-s.
@@ -36,10 +36,10 @@ __all__ = ['SIZES']
 #     (tools/grokking_size.py, its record results/pilots/grokking_size.json shown in the chapter; rule written
 #     before the runs, judged on τ_grok, weight-decay time and cost only: qualifies when the end is ≥ 6 × τ_grok in
 #     weight-decay time, of several the larger p): p = 31 grokked at 1260 and ended at 4.7 ×, p = 37 at 990 and
-#     6.3 × (32 ms a step: 5 × 5000 steps ≈ 810 core-s), so p = 37. In the window from 5 × τ_grok (weight-decay
-#     time) to the end every late_every-th snapshot is analysed, so that a stable "after" exists there by design
-#     unless the run dips at each of them. The snap's dense window is analysed every dense_every steps (100 at
-#     book, half the snapshots: ≈ 10 a seed instead of 20) to pay for the late ones. The sweep keeps its cells,
+#     6.3 × (32 ms a step: 5 × 5000 steps ≈ 810 core-s), so p = 37. "At" and "after" are chosen among all
+#     snapshots (the last grokked snapshot of the run is "after") and only they are analysed besides the spread
+#     grid; the snap's dense window is analysed every dense_every steps (100 at book, half the snapshots).
+#     The chapter's own 20-minute budget is retired: the book's (a cold build ≤ 50 min, a warm one ≤ 15) governs. The sweep keeps its cells,
 #     one seed a cell, with the main runs' schedule over 5000 steps: the power check uses the main runs' seed
 #     noise, and the sweep's own is not measured. The earlier choice stands: d_model 64, not Nanda's 128 (209 ms
 #     a step at p = 59: five seeds would be 52 min of one core for the training alone).
@@ -49,10 +49,10 @@ __all__ = ['SIZES']
 #     (d_model 128, one-cycle, 3000 steps), each chosen before it ran and judged on τ_grok and the trace only
 #     (tools/grokking_pilots.py), did not remove them: gradient-norm clipping at 1 (τ_grok 630, lowest 0.02), peak lr
 #     1.5e-3 (1190, 0.23), betas (0.9, 0.95) (640, 0.07), betas (0.9, 0.9) (640, 0.23) (those four by hand, with
-#     older code; re-run through tools/grokking_pilots.py for issue 42: 610 / 0.034, 1360 / 0.24, 590 / 0.045,
+#     older code; re-run through tools/grokking_pilots.py later: 610 / 0.034, 1360 / 0.24, 590 / 0.045,
 #     660 / 0.062, each failing on seed 0); then betas (0.9, 0.999),
 #     no LayerNorm with a float64 loss, and lr 1.5e-3 with ω = 2, each failing on seed 0 (results/pilots/grokking.json,
-#     shown in the chapter); then four from the literature, run by the same tool and rule (issue 42): Nanda et al.'s
+#     shown in the chapter); then four from the literature, run by the same tool and rule: Nanda et al.'s
 #     schedule (10-step linear warm-up, lr 1e-3 held: τ_grok 1920, lowest 0.010), the same without LayerNorm (1470,
 #     0.64), the StableMax loss (610, 0.020) and Adam's ε = 1e-3 (540, 0.055), each failing on seed 0. They are not
 #     chased further: the training log records each dip's signature (gradient
@@ -65,10 +65,11 @@ __all__ = ['SIZES']
 #     ≥ thr_stay, and the final ≥ thr_final); a core is necessary when its removal at `=` takes away ≥ nec_share of
 #     what replacing the whole activation by its mean (the floor) takes away; every snapshot from τ_grok to
 #     dense_until × τ_grok (every dense_every steps) is analysed and the snap time is interpolated between
-#     snapshots; inflation is testable on a seed whose "after" (the last analysed snapshot inside a window of stable
-#     test accuracy; from thr_wd_window × τ_grok in weight-decay time to the end every late_every-th snapshot is
-#     analysed) is ≥ thr_wd_window × τ_grok in weight-decay time ∫ lr·ω dt, and judged over the seeds where it is
-#     testable. The sweep: p ≥ 31, ω ≤ 2, one
+#     snapshots; a snapshot is grokked when its own logged test accuracy and every one within ± log_every steps
+#     are ≥ thr_final; "at" is the first grokked snapshot ≥ τ_grok, "after" the last grokked snapshot of the run
+#     (among all snapshots, so snapshot_every must be a multiple of log_every); inflation is testable on a seed
+#     whose "after" is ≥ thr_wd_window × τ_grok in weight-decay time ∫ lr·ω dt, and judged over the seeds where it
+#     is testable. The sweep: p ≥ 31, ω ≤ 2, one
 #     seed a cell at book (two until the budget above), with a power check before it runs. The training-set-size confound of β is measured,
 #     not removed: a cell at p = sweep_confound_p on the smallest p's number of training pairs, at the largest ω.
 #     The sweep trains with the main runs' model and schedule (sweep_max_steps = steps, each run stopped once it
@@ -83,15 +84,15 @@ SIZES = Presets("grokking",
                    pct_start=0.1, seeds=(0,), steps=2000, log_every=10, snapshot_every=50, checkpoint_every=500,
                    n_analyse=5, sweep_omegas=(1.0, 2.0), sweep_ps=(31, 37), sweep_seeds=(0,), sweep_max_steps=150,
                    sweep_d_model=32, sweep_d_mlp=128, sweep_confound_p=37, power_draws=20, dense_every=50,
-                   late_every=250, **_grok_opt, **_grok_thr),
+                   **_grok_opt, **_grok_thr),
     book=dict(p=37, train_frac=0.5, n_layers=2, d_model=64, n_heads=4, d_mlp=256, lr=3e-3, weight_decay=1.0,
                      pct_start=0.1, seeds=(0, 1, 2, 3, 4), steps=5000, log_every=10, snapshot_every=50,
                      checkpoint_every=500, n_analyse=8, sweep_omegas=(1.0, 2.0), sweep_ps=(31, 43, 53),
                      sweep_seeds=(0,), sweep_max_steps=5000, sweep_d_model=64, sweep_d_mlp=256, sweep_confound_p=53,
-                     power_draws=200, dense_every=100, late_every=250, **_grok_opt, **_grok_thr),
+                     power_draws=200, dense_every=100, **_grok_opt, **_grok_thr),
     paper=dict(p=113, train_frac=0.3, n_layers=2, d_model=128, n_heads=4, d_mlp=512, lr=1e-3, weight_decay=1.0,
                       pct_start=0.1, seeds=(0, 1, 2, 3, 4), steps=40000, log_every=50, snapshot_every=500,
                       checkpoint_every=2000, n_analyse=40, sweep_omegas=(0.3, 0.5, 1.0, 2.0, 3.0),
                       sweep_ps=(53, 67, 83, 97, 113), sweep_seeds=(0, 1, 2), sweep_max_steps=40000, sweep_d_model=128,
                       sweep_d_mlp=512, sweep_confound_p=113, power_draws=500, dense_every=500,
-                      late_every=2000, **_grok_opt, **_grok_thr))
+                      **_grok_opt, **_grok_thr))

@@ -16,7 +16,7 @@ _sae_model = dict(n_layers=4, d_model=64, n_heads=4, n_ctx=48, layer=2, edit_lay
                   widths=(4, 8), topk_k=16, l1=0.1, sae_lr=3e-3, rs=(16, 32, 64), r_spectra=32,
                   n_rff=256, n_rff_rate=64, k_rate=16, r_modes=16, k_modes=4, k_remove=4,
                   mom_blocks=8, lambda_chosen=1.0, n_ce=32,
-                  # issue 25: train/test split by blocks of 16 overlapping windows; the rate's k by the
+                  # Train/test split by blocks of 16 overlapping windows; the rate's k by the
                   # gap rule (gap >= 3 x the full-data split-half error, k <= 16), per layer
                   test_size=0.5, window_group=16, gap_factor=3.0, k_max_rate=16, spread=1.0,
                   # a second LM (another initialisation seed) for identifiability across models; the
@@ -24,7 +24,7 @@ _sae_model = dict(n_layers=4, d_model=64, n_heads=4, n_ctx=48, layer=2, edit_lay
                   lm_seed_b=1, n_penalty_seeds=2)
 _sae_thr = dict(thr_update=1e-4, thr_model=1.1, thr_gap=2.0, thr_rule=1.5, thr_share=0.8,
                 thr_spectra=2.0, thr_noise=3.0, thr_angle=0.3, thr_closed=0.5, thr_basis=0.01)
-# issue 41: a pretrained LM (coreinv.pretrained) measured by the same code, on State of the Union text
+# A pretrained LM (coreinv.pretrained) measured by the same code, on State of the Union text
 # (coreinv.text, split by document: half the addresses are test). Chosen before any claim on it was computed, for
 # the budget (the whole chapter <= ~10 min of a cold make book on 2 cores; measured quietly at 192 windows: the
 # forward pass with every layer's triples 99 s, a 1500-step 4x SAE 65 s (ReLU) and 92 s (TopK), the roster at one
