@@ -509,7 +509,9 @@ def hook_evaluator(model: nn.Module, hook: str, inputs: Tensor, metric: Callable
     (`split_by_length`), and the metric sees the outputs as left padding would give them: each
     prompt's outputs end at the last position, so `logits[:, -1]` is every prompt's own last token,
     and the rows keep their order. The positions before a shorter prompt's start hold NaN (its
-    `inputs` the pad id): a metric that reads them returns NaN, which is refused.
+    `inputs` the pad id): a metric that reads them returns NaN, which is refused. Positions count
+    from each prompt's end: a metric that reads a fixed position from the start (`logits[:, 3]`)
+    of a padded batch reads another token of the shorter prompts; evaluate one length at a time.
 
     Parameters
     ----------
