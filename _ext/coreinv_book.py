@@ -22,7 +22,9 @@ its public functions; nothing else re-implements them.
    whose key changed is dropped from the cache and re-executed, the others are read from it.
 5. The scorecard. The `{scorecard}` directive renders `coreinv.results.scorecard_rows` at
    build time, after every chapter has been read (and so executed), so no measured number
-   is typed into a page by hand.
+   is typed into a page by hand. The `{reproduces}` directive (the landing page's "What reproduces"
+   table) does the same for each chapter's verdict counts, with the figure its run saved beside its
+   results (`write_results(figure=...)`) as a thumbnail.
 6. Notebooks executed side by side. myst-nb executes a notebook when Sphinx reads it, one after
    another. Before Sphinx reads, this extension executes the notebooks about to be read that the
    cache does not hold, `book_workers()` at a time (default: one per CPU core), each exactly as
@@ -316,6 +318,73 @@ def _table(rows) -> nodes.table:
     return table
 
 
+class reproduces_placeholder(nodes.General, nodes.Element):
+    pass
+
+
+class ReproducesDirective(SphinxDirective):
+    """`{reproduces}`: one line per chapter, `docname | title | the paper's result in words`; the table adds
+    the verdict counts of the book's preset and the chapter's answer figure, at build time."""
+    has_content = True
+
+    def run(self):
+        from coreinv.presets import preset_name
+        node = reproduces_placeholder()
+        node["preset"] = preset_name()
+        node["rows"] = [[part.strip() for part in line.split("|", 2)] for line in self.content if line.strip()]
+        for row in node["rows"]:
+            if len(row) != 3:
+                raise self.error(f"reproduces: a line is `docname | title | result`, got {' | '.join(row)!r}")
+        return [node]
+
+
+def _counts(s: dict) -> str:
+    "A chapter's verdict counts in words: '6 of 10 hold, 2 undecided, 2 do not hold'."
+    failed = s["total"] - s["held"] - s["untestable"] - s["undecided"]
+    parts = [f"{s['held']} of {s['total']} hold"] + [f"{n} {w}" for n, w in (
+        (s["undecided"], "undecided"), (failed, "does not hold" if failed == 1 else "do not hold"),
+        (s["untestable"], "not testable")) if n]
+    return ", ".join(parts) + (f" (required claim FAILED: {', '.join(s['failed_required'])})"
+                               if s["failed_required"] else "")
+
+
+def _fill_reproduces(app, doctree, docname) -> None:
+    import base64
+    from coreinv.results import chapter_summaries, results_for
+    for node in list(doctree.findall(reproduces_placeholder)):
+        preset = node["preset"]
+        root = results_for(preset)
+        summary = {s["chapter"]: s for s in chapter_summaries(preset, root)}
+        table = nodes.table(classes=["reproduces"])
+        group = nodes.tgroup(cols=3)
+        table += group
+        for width in (45, 25, 30):
+            group += nodes.colspec(colwidth=width)
+        head, body = nodes.thead(), nodes.tbody()
+        group += head
+        group += body
+        hrow = nodes.row()
+        for name in ("result", f"verdicts ({preset} preset)", "the answer figure"):
+            hrow += nodes.entry("", nodes.paragraph("", name))
+        head += hrow
+        for target, title, words in node["rows"]:
+            chapter = PurePosixPath(target).name
+            link = nodes.reference("", "", nodes.strong("", title),
+                                   refuri=app.builder.get_relative_uri(docname, target))
+            s = summary.get(chapter)
+            png = Path(root) / preset / f"{chapter}.png"
+            img = (nodes.raw("", f'<a href="{app.builder.get_relative_uri(docname, target)}"><img class="thumb" '
+                                 f'alt="{title}: the answer figure" src="data:image/png;base64,'
+                                 f'{base64.b64encode(png.read_bytes()).decode()}"></a>', format="html")
+                   if png.is_file() else nodes.paragraph("", "(no figure saved)"))
+            r = nodes.row()
+            r += nodes.entry("", nodes.paragraph("", "", link), nodes.paragraph("", words))
+            r += nodes.entry("", nodes.paragraph("", _counts(s) if s else f"not run at {preset!r}"))
+            r += nodes.entry("", img)
+            body += r
+        node.replace_self(table)
+
+
 def _machine_words(m: dict) -> str:
     "A results file's `machine` in words: `AMD EPYC (x86_64, AVX512)`, and the GPU where one computed."
     words = f"{m.get('cpu', 'an unknown CPU')} ({', '.join(v for v in (m.get('arch'), m.get('cpu_capability')) if v)})"
@@ -406,6 +475,8 @@ def setup(app):
     app.add_transform(_DropNestedTransitions)
     app.add_node(scorecard_placeholder)
     app.add_directive("scorecard", ScorecardDirective)
+    app.add_node(reproduces_placeholder)
+    app.add_directive("reproduces", ReproducesDirective)
     app.connect("config-inited", _use_our_reader)
     app.connect("builder-inited", _drop_stale_notebooks, priority=900)  # after myst-nb's
     app.connect("build-finished", _record_keys)
@@ -413,6 +484,7 @@ def setup(app):
     app.connect("doctree-read", _note_unexecuted_gpu_cells)
     app.connect("doctree-read", _squash_stream_outputs)
     app.connect("doctree-resolved", _fill_scorecards)
+    app.connect("doctree-resolved", _fill_reproduces)
     app.connect("env-get-outdated", _outdated)
     app.connect("env-before-read-docs", _execute_side_by_side)
     return {"version": "0.2", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -24,8 +24,9 @@ from .runtime import atomic_write, device, machine
 
 # %% auto #0
 __all__ = ['RESULTS_ENV', 'CHAPTERS', 'results_root', 'paper_values', 'pilot_record', 'Claim', 'check', 'assert_required',
-           'claim_status', 'print_claims', 'share_verdict', 'notebook_hash', 'chapter_notebook', 'provenance',
-           'write_results', 'load_results', 'scorecard_rows', 'results_for', 'chapter_summaries', 'stale_results']
+           'claim_status', 'print_claims', 'verdict_table', 'share_verdict', 'notebook_hash', 'chapter_notebook',
+           'provenance', 'write_results', 'load_results', 'scorecard_rows', 'results_for', 'chapter_summaries',
+           'stale_results']
 
 # %% ../nbs/01_results.ipynb #a93d9089
 RESULTS_ENV = "COREINV_RESULTS_DIR"
@@ -147,6 +148,10 @@ class Claim:
         False: the run tested the claim, but its evidence neither confirms nor refutes it (e.g. a
         share of seeds whose interval straddles one half, `share_verdict`); `passed` is then False,
         and the scorecard says "undecided".
+    summary : str
+        The measurement in words, for a reader: the number that decides the claim with its interval or
+        range (e.g. "keep 3 dims: KL +0.0002 (max)"), made by the chapter from `measured`. The scorecard
+        and `verdict_table` show it; empty, they show `measured` itself.
     """
     id: str
     claim: str
@@ -157,11 +162,12 @@ class Claim:
     required: bool
     testable: bool = True
     decided: bool = True
-
+    summary: str = ""
 
 # %% ../nbs/01_results.ipynb #5ea44004
 def check(id: str, measured: Any, passed: bool, threshold: str, required: bool = False,
-          paper_table: dict | None = None, testable: bool = True, decided: bool = True) -> Claim:
+          paper_table: dict | None = None, testable: bool = True, decided: bool = True,
+          summary: str = "") -> Claim:
     """A `Claim` for `id`: its text and paper value from `paper_values()`, and what we measured.
 
     Parameters
@@ -184,6 +190,8 @@ def check(id: str, measured: Any, passed: bool, threshold: str, required: bool =
     decided : bool
         Whether the evidence decides the claim (`share_verdict`'s verdict is not "undecided"). A
         claim that is undecided neither holds nor fails: pass `passed=False`.
+    summary : str
+        The decisive measurement in words, short enough for one table cell (see `Claim`).
 
     Returns
     -------
@@ -209,8 +217,7 @@ def check(id: str, measured: Any, passed: bool, threshold: str, required: bool =
                          f"(passed={bool(passed)}, required={required})")
     return Claim(id=id, claim=table[id]["claim"], paper=table[id]["paper"], measured=measured,
                  threshold=threshold, passed=bool(passed), required=required, testable=bool(testable),
-                 decided=bool(decided))
-
+                 decided=bool(decided), summary=str(summary))
 
 # %% ../nbs/01_results.ipynb #c5afdef6
 def _fmt(x: Any) -> str:
@@ -292,6 +299,54 @@ def print_claims(claims: list[Claim], width: int = 79, max_lines: int = 4) -> No
         print(f"{c.id:24s} {'required' if c.required else 'reported':9s} {claim_status(c)}",
               *fill("threshold", c.threshold), *fill("measured", _fmt(c.measured)), sep="\n")
 
+
+# %% ../nbs/01_results.ipynb #fcb7e8ad
+def verdict_table(claims: list[Claim | dict], columns: dict[str, str] | None = None,
+                  paper_table: dict | None = None) -> str:
+    """A chapter's claims as one Markdown table: claim, paper, ours (in words) and verdict, a row per claim.
+
+    Parameters
+    ----------
+    claims : list of Claim or dict
+        `Claim`s, or claims read back from a results file.
+    columns : dict, optional
+        `{label: id prefix}`: claims measured on several models side by side, a column per model. A
+        claim goes to the column of the longest prefix its id starts with, and its row is named by the
+        rest of its id. Default: one column, "ours", followed by a "verdict" column (with several columns,
+        each cell starts with its verdict in bold).
+    paper_table : dict, optional
+        The claims table for the short titles (default `paper_values()`).
+
+    Returns
+    -------
+    str
+        GitHub-flavoured Markdown.
+
+    Raises
+    ------
+    ValueError
+        If a claim's id matches no column's prefix.
+    """
+    table = paper_table if paper_table is not None else paper_values()
+    cols = columns or {"ours": ""}
+    cell = lambda s: str(s).replace("|", "\\|").replace("\n", " ")
+    rows: dict[str, dict[str, str]] = {}
+    for c in claims:
+        c = c if isinstance(c, dict) else asdict(c)
+        hits = [(len(p), label, p) for label, p in cols.items() if c["id"].startswith(p)]
+        if not hits:
+            raise ValueError(f"{c['id']}: no column's prefix matches it (columns: {cols})")
+        _, label, prefix = max(hits)
+        name = c["id"][len(prefix):]
+        row = rows.setdefault(name, {"claim": table.get(c["id"], {}).get("title") or name,
+                                     "paper": _fmt(c["paper"])})
+        said = c.get("summary") or _fmt(c["measured"])
+        if columns: row[label] = f"**{claim_status(c)}**: {said}"
+        else: row |= {label: said, "verdict": f"**{claim_status(c)}**"}
+    head = ["claim", "paper", *cols] + ([] if columns else ["verdict"])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(cell(r.get(h, "—")) for h in head) + " |" for r in rows.values()]
+    return "\n".join(lines)
 
 # %% ../nbs/01_results.ipynb #c4794504
 def share_verdict(k: int, n: int, z: float = 1.959963984540054) -> dict[str, Any]:
@@ -465,7 +520,7 @@ def _versions() -> dict[str, str]:
 
 def write_results(chapter: str, claims: list[Claim], *, config: dict, seeds: list[int],
                   metrics: dict | None = None, wall_time_s: float, preset: str | None = None,
-                  root: Path | None = None) -> Path:
+                  root: Path | None = None, figure: Any = None) -> Path:
     """Write `<root>/<preset>/<chapter>.json` with the claims list, its context and `provenance(chapter)`; return the path.
 
     The file is written atomically (a temporary file, then a rename); non-finite floats become null.
@@ -486,6 +541,9 @@ def write_results(chapter: str, claims: list[Claim], *, config: dict, seeds: lis
         Default: the active preset (`$COREINV_PRESET`, else 'ci').
     root : Path, optional
         Default `results_root()`.
+    figure : matplotlib Figure, optional
+        The figure that carries the chapter's result, saved beside the file as `<chapter>.png` at
+        thumbnail size (the landing page shows it).
 
     Returns
     -------
@@ -507,8 +565,9 @@ def write_results(chapter: str, claims: list[Claim], *, config: dict, seeds: lis
            "written": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     text = json.dumps(_jsonable(doc), indent=1, allow_nan=False) + "\n"
     atomic_write(path, lambda f: f.write(text.encode("utf-8")))   # a reader never sees half a file
+    if figure is not None:
+        atomic_write(path.with_suffix(".png"), lambda f: figure.savefig(f, format="png", dpi=60))
     return path
-
 
 # %% ../nbs/01_results.ipynb #30b07e35
 def load_results(preset: str, root: Path | None = None) -> dict[str, dict]:
@@ -551,11 +610,10 @@ def scorecard_rows(preset: str, root: Path | None = None) -> list[dict[str, str]
         for c in res.get("claims", []):
             status = claim_status(c)
             rows.append({"chapter": chapter, "id": c["id"], "claim": c["claim"],
-                         "paper": _fmt(c["paper"]), "measured": _fmt(c["measured"]),
+                         "paper": _fmt(c["paper"]), "measured": c.get("summary") or _fmt(c["measured"]),
                          "threshold": c["threshold"],
                          "kind": "required" if c["required"] else "reported", "status": status})
     return rows
-
 
 # %% ../nbs/01_results.ipynb #e7d25dc0
 def results_for(preset: str) -> Path:

@@ -148,13 +148,15 @@ def seed_build(src: Path, page: str, run) -> None:
 
 
 def toc_files() -> list[str]:
-    "Every page of the book, in _toc.yml order (paths without suffix)."
+    "Every page of the book, in _toc.yml order, sections after their parent (paths without suffix)."
     import yaml
     toc = yaml.safe_load((REPO / "_toc.yml").read_text())
-    files = [toc["root"]]
-    for part in toc.get("parts", []):
-        files += [c["file"] for c in part["chapters"]]
-    return files
+
+    def walk(entries):
+        for e in entries:
+            yield e["file"]
+            yield from walk(e.get("sections", []))
+    return [toc["root"]] + [f for part in toc.get("parts", []) for f in walk(part["chapters"])]
 
 
 class LazyModels(dict):

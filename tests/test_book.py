@@ -35,6 +35,9 @@ def test_page_is_clean(book_html, page):
     assert "from nbdev.showdoc import show_doc" not in text, f"{page}: a #| hide cell shows"
     hit = forbidden_hit(outputs_text(main), extra=[re.escape(str(REPO))])
     assert hit is None, f"{page}: {hit}"
+    # the project's history stays out of the book: a reader has no issue tracker
+    tracker = re.search(r"\bissues?\s*#?\d+|\(#\d+\)", text, re.I)
+    assert tracker is None, f"{page}: an issue number shows: {text[max(0, tracker.start() - 60):tracker.end()]!r}"
     # a Markdown table that an output displays renders as a table, not as lines of pipes (CommonMark,
     # myst-nb's default for outputs, has no tables: _config.yml sets GFM)
     pipes = [p.get_text()[:60] for p in main.find_all("p")

@@ -142,7 +142,7 @@ def run(path: Path, timeout: int = 3600) -> None:
 
 
 def publish(cache: Path, results: Path) -> None:
-    "Merge the outputs a `make book` run cached into nbs/, and copy its results to results/book/."
+    "Merge the outputs a `make book` run cached into nbs/, and copy its results (and answer figures) to results/book/."
     from jupyter_cache import get_cache
     jc = get_cache(cache)
     for path in notebooks():
@@ -161,7 +161,7 @@ def publish(cache: Path, results: Path) -> None:
         print(f"outputs  {path.relative_to(REPO)}")
     dest = REPO / "results" / "book"
     dest.mkdir(parents=True, exist_ok=True)
-    for f in sorted(Path(results).glob("*.json")):
+    for f in sorted([*Path(results).glob("*.json"), *Path(results).glob("*.png")]):  # claims, answer figures
         shutil.copy2(f, dest / f.name)
         print(f"results  {(dest / f.name).relative_to(REPO)}")
 

@@ -13,7 +13,8 @@ from .training import log_columns, weight_decay_time
 
 # %% auto #0
 __all__ = ['plot_accuracy', 'plot_dip_signature', 'mark_weight_decay_multiple', 'plot_core_dims', 'plot_eigs', 'plot_scaling',
-           'plot_inflation', 'plot_unit_distance', 'add_weight_decay_axis']
+           'plot_inflation', 'plot_unit_distance', 'add_weight_decay_axis', 'plot_answer', 'share_summary',
+           'seed_lines', 'core_table', 'sweep_rows']
 
 # %% ../../../nbs/22_grokking_figures.ipynb #81dae874
 def _mark_times(ax, times, lw: float = 1, labelled: bool = True):
@@ -384,3 +385,152 @@ def add_weight_decay_axis(ax, log, omega: float):
     sec.tick_params(labelsize=7)
     return sec
 
+
+# %% ../../../nbs/22_grokking_figures.ipynb #b9964bee
+def plot_answer(axes, runs: dict, window: float):
+    """Sufficient and necessary ACE k of each seed's core layer against weight-decay time over that at τ_grok.
+
+    Parameters
+    ----------
+    axes : pair of matplotlib Axes
+        Left: the sufficient k; right: the necessary k (log y). A censored k (None: no k up to k_max
+        qualified) is drawn at k_max + 1 with a hollow triangle.
+    runs : dict
+        Seed -> dict with `track` (`track_cores`'s rows), `L` (the core layer), `wd_at` (step -> weight-decay
+        time) and `wd_tau` (the weight-decay time at τ_grok; None: the seed did not grok and is left out).
+    window : float
+        Where inflation's window starts, in units of the weight-decay time at τ_grok (dash-dotted).
+
+    Returns
+    -------
+    The axes.
+    """
+    from matplotlib.ticker import FixedLocator, NullFormatter, ScalarFormatter
+    for seed, r in runs.items():
+        if not r["wd_tau"]:
+            continue
+        rows = [q for q in r["track"] if r["wd_at"](q.step) > 0]                 # a log axis: step 0 left out
+        x = np.array([r["wd_at"](q.step) / r["wd_tau"] for q in rows])
+        for ax, which in zip(axes, ("k_sufficient", "k_necessary")):
+            _plot_k(ax, x, rows, lambda q, L=r["L"]: q.cores[L].ace_dims, which, "-o", f"seed {seed}")
+    for ax, name in zip(axes, ("sufficient", "necessary")):
+        ax.axvline(1.0, color="grey", ls="--", lw=0.8)
+        ax.axvline(window, color="grey", ls="-.", lw=0.8)
+        _censored_key(ax)
+        ax.set_xscale("log"); ax.set_yscale("log")
+        ax.yaxis.set_major_locator(FixedLocator([2, 5, 10, 20, 50]))
+        ax.yaxis.set_major_formatter(ScalarFormatter()); ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.set_title(f"{name} k of the core", fontsize=10, loc="left")
+    axes[0].figure.supxlabel("weight-decay time ∫lr·ω dt, in units of its value at τ_grok", fontsize=9)
+    axes[0].set_ylabel("k (ACE, core layer)", fontsize=9)
+    handles, labels = axes[1].get_legend_handles_labels()
+    labels = ["censored (k > k_max)" if l.startswith("censored") else l for l in labels]
+    axes[1].legend(handles, labels, fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1))
+    return axes
+
+# %% ../../../nbs/22_grokking_figures.ipynb #0c89ee62
+def share_summary(measured: dict) -> str:
+    """`"k/n seeds [lo, hi]"`: on how many seeds a claim holds, with the share's Wilson 95% interval.
+
+    Parameters
+    ----------
+    measured : dict
+        A claim's measured values with `holds` (0/1 per seed) and `wilson95` ([lo, hi]).
+
+    Returns
+    -------
+    str
+
+    Raises
+    ------
+    KeyError
+        If `measured` carries no per-seed verdicts.
+    """
+    lo, hi = measured["wilson95"]
+    return f"{sum(measured['holds'])}/{len(measured['holds'])} seeds [{lo:.2f}, {hi:.2f}]"
+
+# %% ../../../nbs/22_grokking_figures.ipynb #803421ac
+def seed_lines(runs: dict, stable_window: int) -> str:
+    """Each seed's grokking times, dips and weight-decay clock, three lines a seed of at most 80 characters.
+
+    Parameters
+    ----------
+    runs : dict
+        Seed -> dict with `times` (`grokking_times`), `stay` (`stays_grokked`), `wd` (weight-decay time per
+        logged step) and `wd_tau` (that at τ_grok, None if the seed did not grok).
+    stable_window : int
+        The steps after τ_grok that `stays_grokked` skips.
+
+    Returns
+    -------
+    str
+    """
+    out = []
+    for seed, r in runs.items():
+        t, st = r["times"], r["stay"]
+        ratio = "-" if t["delay_ratio"] is None else f"{t['delay_ratio']:.1f}"
+        out.append(f"seed {seed}: τ_fit {t['tau_fit']}, τ_grok {t['tau_grok']}, delay ratio {ratio}, "
+                   f"final test acc. {st['final_test_acc']:.3f}")
+        if st["share_above"] is not None:
+            out.append(f"  after τ_grok + {stable_window}: lowest test acc. {st['min_test_acc']:.3f}, "
+                       f"{st['share_above']:.2f} of logged steps ≥ 95%")
+        if r["wd_tau"] is not None:
+            out.append(f"  weight-decay time ∫lr·ω dt: {r['wd_tau']:.2f} at τ_grok, {r['wd'][-1]:.2f} at "
+                       f"the end ({r['wd'][-1] / r['wd_tau']:.1f} ×)")
+    return "\n".join(out)
+
+# %% ../../../nbs/22_grokking_figures.ipynb #6aa928af
+_CORE_KEY = ("sufficient/necessary k of the ACE core (`=` only); all: its necessary k with the removal at every "
+             "position (n/m: bypassed, not measurable); the same for the PCA core (`=` only); >K: censored, no k "
+             "up to K qualified; k: the operator's dimension, dev: its mean ||λ| − 1|; nf: the number of the "
+             "embedding's key frequencies; fl: the floor, training accuracy with the layer's whole `=` activation "
+             "replaced by its mean; fa: with the whole activation at every position replaced by its mean")
+
+
+def core_table(runs: dict, n_layers: int) -> str:
+    """The cores at every analysed snapshot: a key, then one block per seed and layer, lines ≤ 80 characters.
+
+    Parameters
+    ----------
+    runs : dict
+        Seed -> dict with `track`: `track_cores`'s rows, run with `core_fn=core_at_every_position`.
+    n_layers : int
+        The layers to print (indices into each row's `cores`).
+
+    Returns
+    -------
+    str
+    """
+    import textwrap
+    kk = lambda d: "/".join(f">{d.ks[-1]}" if k is None else str(k) for k in (d.k_sufficient, d.k_necessary))
+    ke = lambda e: ("n/m" if not e.measurable else f">{e.dims.ks[-1]}" if e.dims.k_necessary is None
+                    else str(e.dims.k_necessary))
+    out = textwrap.wrap(_CORE_KEY, 80)
+    for seed, r in runs.items():
+        last = ",".join(map(str, r["track"][-1].key_freqs))
+        for l in range(n_layers):
+            out += ["", f"seed {seed}, layer {l} (key frequencies at the last snapshot: {last})",
+                    f"{'step':>7}  test  {'ACE':<8} {'all':>4} {'PCA':<8}{'k':>3}  {'dev':<5}  nf   fl    fa"]
+            for row in r["track"]:
+                c = row.cores[l]
+                out.append(f"{row.step:>7}  {c.test_acc:.2f}  {kk(c.ace_dims):<8} {ke(c.every):>4} "
+                           f"{kk(c.pca_dims):<8}{row.rot_k[l]:>3}  {row.rotations[l]['unit_dev']:<5.3f}  "
+                           f"{len(row.key_freqs):<3}  {c.floor:.2f}  {c.every.floor:.2f}")
+    return "\n".join(out)
+
+
+def sweep_rows(rows: list[dict]) -> str:
+    """The scaling sweep's runs, one a line: ω, p, seed, τ_fit, τ_grok and whether it is censored or left out.
+
+    Parameters
+    ----------
+    rows : list of dict
+        `grokking_sweep`'s rows (`omega`, `p`, `seed`, `tau_fit`, `tau_grok`, `censored`, `no_fit_first`).
+
+    Returns
+    -------
+    str
+    """
+    return "\n".join(f"  ω={r['omega']:<5g} p={r['p']:<4} seed={r['seed']}  τ_fit={r['tau_fit']}  "
+                     f"τ_grok={r['tau_grok']}" + ("  (censored)" if r["censored"] else "")
+                     + ("  (no fit first: left out)" if r["no_fit_first"] else "") for r in rows)
