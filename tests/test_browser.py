@@ -67,7 +67,7 @@ window.addEventListener("load", () => {
     const scrolls = /(auto|scroll)/.test(s.overflowX) && e.scrollWidth > e.clientWidth + 1;
     return r.right > m.right + 1 || scrolls;
   }).map(e => e.tagName + "." + (e.className || "") + ": " + (e.textContent || e.src || "").trim().slice(0, 80));
-  const out = {width: m.width, table: table && box(table), figure: figure && box(figure), wide: wide.slice(0, 5)};
+  const out = {width: m.width, top: m.top, table: table && box(table), figure: figure && box(figure), wide: wide.slice(0, 5)};
   const pre = document.createElement("pre"); pre.id = "coreinv-reading"; pre.textContent = JSON.stringify(out);
   document.body.appendChild(pre);
 });
