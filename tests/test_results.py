@@ -19,7 +19,7 @@ def test_paper_values_are_complete():
         # "chapter.claim", or "chapter.group.claim" for a claim measured again on another group of models
         # (issue 40: agreement.pretrained.* on the pretrained LMs)
         assert cid.count(".") in (1, 2) and all(cid.split(".")), cid
-        assert {"claim", "paper", "source"} <= set(v), cid
+        assert {"title", "claim", "paper", "source"} <= set(v), cid   # title: its row in a verdict table
 
 
 # a chapter's claim ids start with its name, or with the prefix its issue gave them
@@ -33,7 +33,9 @@ def test_committed_results(preset, chapter):
     assert {"claims", "config", "seeds", "versions", "device", "wall_time_s"} <= set(res)
     assert res["claims"], "a results file without claims"
     for c in res["claims"]:
-        assert set(c) == {"id", "claim", "paper", "measured", "threshold", "passed", "required", "testable", "decided"}
+        assert set(c) == {"id", "claim", "paper", "measured", "threshold", "passed", "required", "testable", "decided",
+                          "summary"}
+        assert c["summary"], f"{c['id']}: no summary (the measurement in words the scorecard shows)"
         assert c["testable"] or not (c["passed"] or c["required"]), f"{c['id']}: not testable, yet passed or required"
         assert c["decided"] or not (c["passed"] or c["required"]), f"{c['id']}: undecided, yet passed or required"
         assert c["id"] in PAPER and c["id"].startswith(CLAIM_PREFIX.get(chapter, chapter) + "."), c["id"]
