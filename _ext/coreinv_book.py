@@ -369,11 +369,11 @@ def _fill_reproduces(app, doctree, docname) -> None:
         head += hrow
         for target, title, words in node["rows"]:
             chapter = PurePosixPath(target).name
-            link = nodes.reference("", "", nodes.strong("", title),
-                                   refuri=app.builder.get_relative_uri(docname, target))
+            href = app.builder.get_relative_uri(docname, target)
+            link = nodes.reference("", "", nodes.strong("", title), refuri=href)
             s = summary.get(chapter)
             png = Path(root) / preset / f"{chapter}.png"
-            img = (nodes.raw("", f'<a href="{app.builder.get_relative_uri(docname, target)}"><img class="thumb" '
+            img = (nodes.raw("", f'<a href="{href}"><img class="thumb" '
                                  f'alt="{title}: the answer figure" src="data:image/png;base64,'
                                  f'{base64.b64encode(png.read_bytes()).decode()}"></a>', format="html")
                    if png.is_file() else nodes.paragraph("", "(no figure saved)"))

@@ -5,6 +5,7 @@ typeset by the MathJax that ships with the book (no network here)."""
 import json
 import re
 import shutil
+from html import unescape
 
 import matplotlib.image as mpimg
 import pytest
@@ -81,7 +82,7 @@ def _reading(tmp_path, html):
     r = _chromium(tmp_path, "--window-size=1280,800", "--dump-dom", probe.as_uri())
     m = re.search(r'<pre id="coreinv-reading"[^>]*>(.*?)</pre>', r.stdout, re.S)
     assert m, f"{html}: the measuring script did not run: {r.stdout[-1000:]}"
-    return json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">"))
+    return json.loads(unescape(m.group(1)))
 
 
 @pytest.mark.parametrize("page", [p for p in toc_files() if "/chapters/" in p])
