@@ -61,7 +61,10 @@ export: install
 book: export
 	$(BIN)/python tools/notebooks.py build --preset book --results $(CURDIR)/_build/results
 
+# Then every chapter again under the other float kernels (tools/regimes.py: default, or avx2 where this machine's are
+# default), with a model cache of its own, for the scorecard's table of verdicts under both; publish copies it.
 publish: book
+	$(BIN)/python tools/regimes.py other --out _build/results/book/regimes
 	$(BIN)/python tools/notebooks.py publish --cache _build/.jupyter_cache --results _build/results/book
 
 # What test-fast leaves out: the chapters (nbval and their claim checks), every book build (test_gpu_cells builds

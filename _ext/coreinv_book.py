@@ -24,7 +24,9 @@ its public functions; nothing else re-implements them.
    build time, after every chapter has been read (and so executed), so no measured number
    is typed into a page by hand. The `{reproduces}` directive (the landing page's "What reproduces"
    table) does the same for each chapter's verdict counts, with the figure its run saved beside its
-   results (`write_results(figure=...)`) as a thumbnail.
+   results (`write_results(figure=...)`) as a thumbnail. The `{regimes}` directive sets each claim's
+   verdict beside its verdict under a second set of CPU float kernels (`coreinv.results.regime_rows`,
+   from the records `tools/regimes.py` writes).
 6. Notebooks executed side by side. myst-nb executes a notebook when Sphinx reads it, one after
    another. Before Sphinx reads, this extension executes the notebooks about to be read that the
    cache does not hold, `book_workers()` at a time (default: one per CPU core), each exactly as
@@ -293,11 +295,12 @@ class ScorecardDirective(SphinxDirective):
 _COLUMNS = [("claim", 40), ("paper", 14), ("measured", 22), ("threshold", 16), ("status", 8)]
 
 
-def _table(rows) -> nodes.table:
-    table = nodes.table(classes=["scorecard"])
-    group = nodes.tgroup(cols=len(_COLUMNS))
+def _grid(columns, rows, classes=("scorecard",)) -> nodes.table:
+    "A docutils table: `columns` [(name, width)], `rows` [(cells, classes)]; a cell is text or a list of nodes."
+    table = nodes.table(classes=list(classes))
+    group = nodes.tgroup(cols=len(columns))
     table += group
-    for _, width in _COLUMNS:
+    for _, width in columns:
         group += nodes.colspec(colwidth=width)
     head, body = nodes.thead(), nodes.tbody()
     group += head
@@ -309,13 +312,61 @@ def _table(rows) -> nodes.table:
             r += nodes.entry("", *(c if isinstance(c, list) else [nodes.paragraph("", str(c))]))
         return r
 
-    head += row([name for name, _ in _COLUMNS])
-    for rw in rows:
-        claim = [nodes.paragraph("", "", nodes.literal("", rw["id"])), nodes.paragraph("", rw["claim"])]
-        status = [nodes.paragraph("", rw["status"]), nodes.paragraph("", f"({rw['kind']})")]
-        body += row([claim, rw["paper"], rw["measured"], rw["threshold"], status],
-                    classes=[f"status-{rw['status'].replace(' ', '-')}"])
+    head += row([name for name, _ in columns])
+    for cells, classes in rows:
+        body += row(cells, classes)
     return table
+
+
+def _table(rows) -> nodes.table:
+    return _grid(_COLUMNS, [
+        ([[nodes.paragraph("", "", nodes.literal("", rw["id"])), nodes.paragraph("", rw["claim"])],
+          rw["paper"], rw["measured"], rw["threshold"],
+          [nodes.paragraph("", rw["status"]), nodes.paragraph("", f"({rw['kind']})")]],
+         [f"status-{rw['status'].replace(' ', '-')}"]) for rw in rows])
+
+
+class regimes_placeholder(nodes.General, nodes.Element):
+    pass
+
+
+class RegimesDirective(SphinxDirective):
+    """`{regimes}` with an optional preset argument: each claim's verdict here and under the other float
+    kernels (`coreinv.results.regime_rows`), filled at build time."""
+    optional_arguments = 1
+
+    def run(self):
+        from coreinv.presets import preset_name
+        node = regimes_placeholder()
+        node["preset"] = self.arguments[0] if self.arguments else preset_name()
+        return [node]
+
+
+def _fill_regimes(app, doctree, docname) -> None:
+    from coreinv.results import regime_rows, results_for
+    for node in list(doctree.findall(regimes_placeholder)):
+        preset = node["preset"]
+        rows = regime_rows(preset, results_for(preset))
+        if not rows:
+            node.replace_self(nodes.paragraph("", f"No chapter at the {preset!r} preset has been run under a "
+                                              "second set of float kernels yet (tools/regimes.py)."))
+            continue
+        out = []
+        for chapter in dict.fromkeys(r["chapter"] for r in rows):
+            rs = [r for r in rows if r["chapter"] == chapter]
+            here, other = rs[0]["capability_here"], rs[0]["capability_other"]
+            changed = [r["id"] for r in rs if r["changed"]]
+            words = (f": {len(rs) - len(changed)} of {len(rs)} claims keep their verdict under {other} kernels"
+                     + (f"; changed: {', '.join(changed)}" if changed else "") + ".")
+            if not all(r["current"] for r in rs):
+                words += " This record was made by other code than the chapter's results: not current."
+            out.append(nodes.paragraph("", "", nodes.strong("", chapter), nodes.Text(words)))
+            out.append(_grid([("claim", 30), (f"here ({here})", 14), (other, 14), ("", 12)], [
+                ([[nodes.paragraph("", "", nodes.literal("", r["id"]))], r["here"], r["other"],
+                  "flipped" if r["flipped"] else "changed" if r["changed"] else ""],
+                 [f"status-{r['other'].replace(' ', '-')}"] + (["regime-changed"] if r["changed"] else []))
+                for r in rs], classes=("scorecard", "regimes")))
+        node.replace_self(out)
 
 
 class reproduces_placeholder(nodes.General, nodes.Element):
@@ -476,6 +527,8 @@ def setup(app):
     app.add_node(scorecard_placeholder)
     app.add_directive("scorecard", ScorecardDirective)
     app.add_node(reproduces_placeholder)
+    app.add_node(regimes_placeholder)
+    app.add_directive("regimes", RegimesDirective)
     app.add_directive("reproduces", ReproducesDirective)
     app.connect("config-inited", _use_our_reader)
     app.connect("builder-inited", _drop_stale_notebooks, priority=900)  # after myst-nb's
@@ -485,6 +538,7 @@ def setup(app):
     app.connect("doctree-read", _squash_stream_outputs)
     app.connect("doctree-resolved", _fill_scorecards)
     app.connect("doctree-resolved", _fill_reproduces)
+    app.connect("doctree-resolved", _fill_regimes)
     app.connect("env-get-outdated", _outdated)
     app.connect("env-before-read-docs", _execute_side_by_side)
     return {"version": "0.2", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -10,7 +10,7 @@ import numpy as np
 from .invariance import split_rows
 
 # %% auto #0
-__all__ = ['window_overlap', 'window_split', 'window_rows', 'capped_directions']
+__all__ = ['window_overlap', 'window_split', 'window_rows', 'resample_windows', 'capped_directions']
 
 # %% ../nbs/35_heldout.ipynb #e499ad7d
 def window_overlap(starts, others, n_ctx: int) -> np.ndarray:
@@ -100,6 +100,27 @@ def window_rows(windows, rows_per_window: int) -> np.ndarray:
     w = np.asarray(windows, dtype=int).ravel()
     return (w[:, None] * rows_per_window + np.arange(rows_per_window)).ravel()
 
+
+# %% ../nbs/35_heldout.ipynb #6c247d42
+def resample_windows(rows, groups, rng) -> np.ndarray:
+    """A bootstrap resample of `rows` by whole groups: as many groups as `rows` cover, drawn with replacement.
+
+    Parameters
+    ----------
+    rows : int array
+        Row indices.
+    groups : int array [n_rows_total], or None
+        Group (window) of every row; None: each row is its own group.
+    rng : numpy Generator
+
+    Returns
+    -------
+    int ndarray: the rows of the drawn groups, in draw order (a group drawn twice appears twice).
+    """
+    rows = np.asarray(rows)
+    g = rows if groups is None else np.asarray(groups)[rows]
+    ids = np.unique(g)
+    return np.concatenate([rows[g == i] for i in rng.choice(ids, len(ids))])
 
 # %% ../nbs/35_heldout.ipynb #a70acfc0
 def capped_directions(result, cap: float = 1.0) -> int:

@@ -24,9 +24,9 @@ from .runtime import atomic_write, device, machine
 
 # %% auto #0
 __all__ = ['RESULTS_ENV', 'CHAPTERS', 'results_root', 'paper_values', 'pilot_record', 'Claim', 'check', 'assert_required',
-           'claim_status', 'print_claims', 'verdict_table', 'share_verdict', 'notebook_hash', 'chapter_notebook',
-           'provenance', 'write_results', 'load_results', 'scorecard_rows', 'results_for', 'chapter_summaries',
-           'stale_results']
+           'claim_status', 'print_claims', 'verdict_table', 'notebook_hash', 'chapter_notebook', 'provenance',
+           'write_results', 'load_results', 'scorecard_rows', 'results_for', 'chapter_summaries', 'stale_results',
+           'regime_rows']
 
 # %% ../nbs/01_results.ipynb #a93d9089
 RESULTS_ENV = "COREINV_RESULTS_DIR"
@@ -347,42 +347,6 @@ def verdict_table(claims: list[Claim | dict], columns: dict[str, str] | None = N
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(cell(r.get(h, "—")) for h in head) + " |" for r in rows.values()]
     return "\n".join(lines)
-
-# %% ../nbs/01_results.ipynb #c4794504
-def share_verdict(k: int, n: int, z: float = 1.959963984540054) -> dict[str, Any]:
-    """The share `k`/`n` of units (seeds) on which a check holds, its Wilson interval and a three-state verdict.
-
-    Parameters
-    ----------
-    k : int
-        How many units pass (0 ≤ k ≤ n).
-    n : int
-        How many units there are (≥ 1).
-    z : float
-        The normal quantile of the interval (default: 95%).
-
-    Returns
-    -------
-    dict
-        `share`, `lo` and `hi` (the Wilson score interval), `n`, and `verdict`: "holds" if lo ≥ 1/2,
-        "fails" if hi < 1/2, else "undecided".
-
-    Raises
-    ------
-    ValueError
-        If `n` < 1 or `k` is not in 0..n.
-    """
-    if int(n) != n or n < 1:
-        raise ValueError(f"n must be a positive number of units, got {n!r}")
-    if int(k) != k or not 0 <= k <= n:
-        raise ValueError(f"k must be a count between 0 and n = {n}, got {k!r}")
-    k, n = int(k), int(n)
-    phat, z2 = k / n, z * z
-    mid = (phat + z2 / (2 * n)) / (1 + z2 / n)
-    half = z * math.sqrt(phat * (1 - phat) / n + z2 / (4 * n * n)) / (1 + z2 / n)
-    lo, hi = max(0.0, mid - half), min(1.0, mid + half)
-    verdict = "holds" if lo >= 0.5 else "fails" if hi < 0.5 else "undecided"
-    return {"share": phat, "lo": lo, "hi": hi, "n": n, "verdict": verdict}
 
 # %% ../nbs/01_results.ipynb #7868e5cb
 def _pinned_names() -> list[str]:
@@ -716,3 +680,49 @@ def stale_results(preset: str, root: Path | None = None, *, chapters: list[str] 
                                  f"{nb.name} is {notebook_hash(nb)}"))
     return out
 
+
+# %% ../nbs/01_results.ipynb #70f3e326
+_FLIP = {frozenset(("holds", "does not hold")), frozenset(("pass", "FAIL"))}
+
+
+def regime_rows(preset: str, root: Path | None = None, regimes: Path | None = None) -> list[dict[str, Any]]:
+    """One row per claim and second regime: the claim's verdict here and under the other float kernels.
+
+    Parameters
+    ----------
+    preset : str
+    root : Path, optional
+        The chapters' results (default `results_root()`).
+    regimes : Path, optional
+        The folder of `<chapter>.json` regime records (default `<root>/<preset>/regimes`, else the
+        checkout's `results/<preset>/regimes`).
+
+    Returns
+    -------
+    list of dict
+        `chapter`, `id`, `here` and `other` (`claim_status` words; `other` is "—" when the record lacks the
+        claim), `capability_here` and `capability_other` (e.g. "AVX512", "DEFAULT"), `changed` (the state
+        differs), `flipped` (holds ↔ does not hold, or pass ↔ FAIL) and `current` (the record was made by
+        the code that made the chapter's results).
+    """
+    root = Path(root or results_root())
+    if regimes is None:
+        regimes = root / preset / "regimes"
+        if not regimes.is_dir() and _checkout() is not None:
+            regimes = _checkout() / "results" / preset / "regimes"
+    rows = []
+    for chapter, res in load_results(preset, root).items():
+        path = Path(regimes) / f"{chapter}.json"
+        records = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        here_cap = res.get("machine", {}).get("cpu_capability", "?")
+        for rec in records.values():
+            other = {c["id"]: claim_status(c) for c in rec["claims"]}
+            same = lambda k: rec["provenance"].get(k) == res.get("provenance", {}).get(k)
+            for c in res.get("claims", []):
+                here, there = claim_status(c), other.get(c["id"], "—")
+                rows.append({"chapter": chapter, "id": c["id"], "here": here, "other": there,
+                             "capability_here": here_cap,
+                             "capability_other": rec["machine"].get("cpu_capability", "?"),
+                             "changed": here != there, "flipped": frozenset((here, there)) in _FLIP,
+                             "current": same("key") and same("notebook")})
+    return rows

@@ -17,8 +17,8 @@ from .koopman import EDMDc, _check_triples
 
 # %% auto #0
 __all__ = ['spectral_distance', 'SplitHalfCurve', 'split_half_curve', 'henrici', 'eigvec_condition', 'NonNormality',
-           'nonnormality', 'leading_modes', 'mode_pca_angles', 'project_out', 'depth_effects', 'InvarianceResidual',
-           'invariance_residual']
+           'nonnormality', 'leading_modes', 'mode_pca_angles', 'project_out', 'depth_signals', 'signal_effect',
+           'depth_effects', 'InvarianceResidual', 'invariance_residual']
 
 # %% ../nbs/36_spectra.ipynb #5d0edc93
 def _spectrum(s, name: str) -> np.ndarray:
@@ -193,19 +193,26 @@ class NonNormality:
     noise : float
         RMS deviation of the bootstrap replicates of Henrici's departure from the full fit's value
         (their spread and their bias together): the departure that resampling alone produces.
+    angle, angle_boot : float, ndarray [n_boot], or None
+        With `angle_k`: the first principal angle (rad) between the `angle_k` leading modes and the
+        top-`angle_k` principal components (`mode_pca_angles`), of the full fit and of each replicate
+        (whose PCs are the resample's).
     """
     henrici: float
     condition: float
     henrici_boot: np.ndarray
     condition_boot: np.ndarray
     noise: float
+    angle: float | None = None
+    angle_boot: np.ndarray | None = None
 
     def __repr__(self):
         return (f"NonNormality(henrici={self.henrici:.4g} ± {self.noise:.2g} (bootstrap RMS), "
                 f"condition={self.condition:.4g}, n_boot={self.henrici_boot.size})")
 
 
-def nonnormality(X, U, Y, make_estimator=EDMDc, n_boot: int = 20, seed: int = 0) -> NonNormality:
+def nonnormality(X, U, Y, make_estimator=EDMDc, n_boot: int = 20, seed: int = 0,
+                 angle_k: int | None = None) -> NonNormality:
     """How non-normal the realisation is, and how much of that is sampling noise (a bootstrap).
 
     Parameters
@@ -217,6 +224,9 @@ def nonnormality(X, U, Y, make_estimator=EDMDc, n_boot: int = 20, seed: int = 0)
     n_boot : int
         Bootstrap resamples (rows drawn with replacement).
     seed : int
+    angle_k : int, optional
+        Also the first principal angle between the `angle_k` leading modes and the top PCs, with its
+        replicates (the same resamples: the Henrici values do not change).
 
     Returns
     -------
@@ -231,13 +241,15 @@ def nonnormality(X, U, Y, make_estimator=EDMDc, n_boot: int = 20, seed: int = 0)
     X, U, Y = _check_triples(X, U, Y)
     full = make_estimator().fit(X, U, Y)
     rng = np.random.default_rng(seed)
-    hb, cb = np.zeros(n_boot), np.zeros(n_boot)
+    hb, cb, ab = np.zeros(n_boot), np.zeros(n_boot), np.zeros(n_boot)
     for b in range(n_boot):
         i = rng.integers(0, len(X), len(X))
         m = make_estimator().fit(X[i], U[i], Y[i])
         hb[b], cb[b] = henrici(m), eigvec_condition(m)
-    return NonNormality(henrici(full), eigvec_condition(full), hb, cb, float(np.sqrt(np.mean((hb - henrici(full)) ** 2))))
-
+        if angle_k: ab[b] = mode_pca_angles(m, X[i], angle_k)[0]
+    angle = dict(angle=float(mode_pca_angles(full, X, angle_k)[0]), angle_boot=ab) if angle_k else {}
+    return NonNormality(henrici(full), eigvec_condition(full), hb, cb,
+                        float(np.sqrt(np.mean((hb - henrici(full)) ** 2))), **angle)
 
 # %% ../nbs/36_spectra.ipynb #d3b00332
 def leading_modes(model: EDMDc, k: int) -> np.ndarray:
@@ -312,6 +324,64 @@ def project_out(Q, mean=None):
 
 
 # %% ../nbs/36_spectra.ipynb #6da20dd1
+def depth_signals(model, tokens, layer: int, edit, readout, depths, read_pos=-1,
+                  batch_size: int = 64) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """The clean and the edited task signal per prompt, d blocks after an edit entering block `layer`.
+
+    Parameters and the edit as in `depth_effects`, which reduces these signals to one effect per depth;
+    a bootstrap over prompts resamples them (`signal_effect` with `rows`).
+
+    Returns
+    -------
+    dict d → (clean [n], edited [n]), float64
+
+    Raises
+    ------
+    ValueError
+        If a depth is out of range.
+    """
+    import torch
+    n = model.cfg.n_layers
+    depths = [int(d) for d in depths]
+    bad = [d for d in depths if not (d >= 1 and 0 <= layer and layer + d <= n)]
+    if bad: raise ValueError(f"depths {bad} out of range for layer {layer} of a {n}-layer model (1..{n - layer})")
+    name = lambda d: f"blocks.{layer + d}.hook_resid_pre" if layer + d < n else f"blocks.{n - 1}.hook_resid_post"
+    names = {name(d) for d in depths}
+    read = readout if callable(readout) else (lambda H, d: readout[d](H))
+
+    def edit_hook(act):                                                  # [batch, pos, D]
+        H = act.detach().double().cpu().numpy()
+        E = edit(H.reshape(-1, H.shape[-1])).reshape(H.shape)
+        return torch.as_tensor(E, dtype=act.dtype, device=act.device)
+
+    def run():
+        out = {d: [] for d in depths}
+        for s in range(0, len(tokens), batch_size):
+            acts, _ = record_activation(model, sorted(names), tokens[s:s + batch_size], pos=read_pos,
+                                        stop=True)   # nothing after the deepest read
+            for d in depths: out[d].append(np.asarray(read(acts[name(d)].double().cpu().numpy(), d), dtype=np.float64))
+        return {d: np.concatenate(v) for d, v in out.items()}
+
+    clean = run()
+    with replace_activation(model, f"blocks.{layer}.hook_resid_pre", edit_hook):
+        edited = run()
+    return {d: (clean[d], edited[d]) for d in depths}
+
+
+def signal_effect(clean, edited, rows=None) -> float:
+    """RMS(edited − clean) / sd(clean) over the prompts `rows` (default: all; repeats allowed, for a bootstrap).
+
+    Raises
+    ------
+    ValueError
+        If the clean signal does not vary on those prompts.
+    """
+    if rows is not None: clean, edited = clean[rows], edited[rows]
+    sd = clean.std()
+    if not sd > 0: raise ValueError("the clean signal does not vary: nothing to measure")
+    return float(np.sqrt(np.mean((edited - clean) ** 2)) / sd)
+
+
 def depth_effects(model, tokens, layer: int, edit, readout, depths, read_pos=-1,
                   batch_size: int = 64) -> dict[int, float]:
     """Edit the residual stream entering block `layer`, and read a task signal d blocks later.
@@ -348,38 +418,12 @@ def depth_effects(model, tokens, layer: int, edit, readout, depths, read_pos=-1,
     ValueError
         If a depth is out of range, or the clean signal does not vary.
     """
-    import torch
-    n = model.cfg.n_layers
-    depths = [int(d) for d in depths]
-    bad = [d for d in depths if not (d >= 1 and 0 <= layer and layer + d <= n)]
-    if bad: raise ValueError(f"depths {bad} out of range for layer {layer} of a {n}-layer model (1..{n - layer})")
-    name = lambda d: f"blocks.{layer + d}.hook_resid_pre" if layer + d < n else f"blocks.{n - 1}.hook_resid_post"
-    names = {name(d) for d in depths}
-    read = readout if callable(readout) else (lambda H, d: readout[d](H))
-
-    def edit_hook(act):                                                  # [batch, pos, D]
-        H = act.detach().double().cpu().numpy()
-        E = edit(H.reshape(-1, H.shape[-1])).reshape(H.shape)
-        return torch.as_tensor(E, dtype=act.dtype, device=act.device)
-
-    def run():
-        out = {d: [] for d in depths}
-        for s in range(0, len(tokens), batch_size):
-            acts, _ = record_activation(model, sorted(names), tokens[s:s + batch_size], pos=read_pos,
-                                        stop=True)   # nothing after the deepest read
-            for d in depths: out[d].append(np.asarray(read(acts[name(d)].double().cpu().numpy(), d), dtype=np.float64))
-        return {d: np.concatenate(v) for d, v in out.items()}
-
-    clean = run()
-    with replace_activation(model, f"blocks.{layer}.hook_resid_pre", edit_hook):
-        edited = run()
+    sig = depth_signals(model, tokens, layer, edit, readout, depths, read_pos, batch_size)
     eff = {}
-    for d in depths:
-        sd = clean[d].std()
-        if not sd > 0: raise ValueError(f"the clean signal at depth {d} does not vary: nothing to measure")
-        eff[d] = float(np.sqrt(np.mean((edited[d] - clean[d]) ** 2)) / sd)
+    for d, (clean, edited) in sig.items():
+        if not clean.std() > 0: raise ValueError(f"the clean signal at depth {d} does not vary: nothing to measure")
+        eff[d] = signal_effect(clean, edited)
     return eff
-
 
 # %% ../nbs/36_spectra.ipynb #36eba7f7
 @dataclass

@@ -32,12 +32,14 @@ RULES = {
                                           and m["max_remove1_over_chance"] < S["thr_necessary"]
                                           and m["max_random3_over_chance"] < S["thr_necessary"]),
         "markov.eig_error": lambda m, S: m["max_error"] <= S["thr_eig"],
-        "markov.cca": lambda m, S: m["mean"] >= S["thr_cca"],
+        # issue 61: the means over seed pairs and the merge gap (aligned − naive) are judged by their 95% intervals
+        # (lo, hi): a claim holds when its whole interval satisfies the rule
+        "markov.cca": lambda m, S: m["lo"] >= S["thr_cca"],
         "markov.overlap": lambda m, S: (
-            m["mean"] <= S["thr_overlap_factor"] * 3 / S["d_model"]
+            m["hi"] <= S["thr_overlap_factor"] * 3 / S["d_model"]
             and m["control_same_model_min"] > S["thr_overlap_factor"] * 3 / S["d_model"]),
-        "markov.weights_cos": lambda m, S: abs(m["mean_matrices"]) <= 0.1,
-        "markov.merge": lambda m, S: m["worst_aligned"] < m["worst_naive"],
+        "markov.weights_cos": lambda m, S: -0.1 <= m["lo"] and m["hi"] <= 0.1,
+        "markov.merge": lambda m, S: m["hi"] < 0,
         "markov.layernorm": lambda m, S: m["max_kl"] <= S["thr_kl"] and m["max_eig_error"] <= S["thr_eig"],
     },
     # issue 42: each per-seed check is judged on the seeds as a population: holds when the Wilson 95% interval of
@@ -81,22 +83,25 @@ RULES = {
         "sae.selection_rule": lambda m, S: (
             __import__("statistics").median(list(m["ratios"].values())) >= S["thr_rule"]),
         "sae.seed_features": lambda m, S: m["max"] < S["thr_share"],
-        # identifiability across dictionary seeds (the rule as first written); basis invariance of one
-        # dictionary holds by construction (Psi.T gives T^-1 A T), so the chapter asserts it, not claims it
-        "sae.seed_spectra": lambda m, S: (m["sae"]["cross_seed"] > m["sae"]["floor"]
-                                          and m["spectral"]["cross_seed"] <= S["thr_spectra"] * m["spectral"]["floor"]),
+        # identifiability across dictionary seeds, each ratio (cross-seed distance / split-half floor) judged on its
+        # 95% range over other random halves of the rows: holds when both ranges clear their thresholds; basis
+        # invariance of one dictionary holds by construction (Psi.T gives T^-1 A T), so the chapter asserts it
+        "sae.seed_spectra": lambda m, S: (m["sae"]["ratio_ci"][0] > 1
+                                          and m["spectral"]["ratio_ci"][1] <= S["thr_spectra"]),
         # k by the gap rule per layer; every layer with a k covers -1/2; no layer with a k: not testable
         # (recorded with testable=False and passed=False, which this rule returns)
         "sae.rate": lambda m, S: (any(v["k"] for v in m["layers"].values())
                                   and all(v["ci"][0] <= -0.5 <= v["ci"][1]
                                           for v in m["layers"].values() if v["k"])),
+        # the angle on its 95% bootstrap interval
         "sae.nonnormal": lambda m, S: (m["henrici"] > S["thr_noise"] * m["noise"]
-                                       and m["first_angle"] > S["thr_angle"]),
-        # rank-matched removals, never scaled above 1 (per_unit_removed is reported, not judged)
+                                       and m["angle_ci"][0] > S["thr_angle"]),
+        # rank-matched removals, never scaled above 1 (per_unit_removed is reported, not judged); each difference
+        # on its 95% bootstrap interval over the prompts: holds when every interval lies above 0
         "sae.interventions": lambda m, S: (
-            m["effects"]["random"][min(m["gap"], key=int)] < m["effects"]["Koopman modes"][min(m["gap"], key=int)]
-            < m["effects"]["top PCs"][min(m["gap"], key=int)]
-            and m["gap"][max(m["gap"], key=int)] < m["gap"][min(m["gap"], key=int)]),
+            m["intervals"]["modes − random"][min(m["gap"], key=int)][0] > 0
+            and m["intervals"]["PCs − modes"][min(m["gap"], key=int)][0] > 0
+            and m["intervals"]["gap near − far"][0] > 0),
         # scored on every one of >= 2 SAE seeds (each seed's own unpenalised SAE and spectral target); each
         # seed must have a gap to close and the chosen lambda must close >= thr_closed of it
         "sae.penalty": lambda m, S: (len(m["seeds"]) >= max(2, S["n_penalty_seeds"]) and all(

@@ -3,11 +3,12 @@
 PyTorch picks its CPU kernels by instruction set, and `ATEN_CPU_CAPABILITY` (set before `import torch`) makes
 one machine run another's: `default` (no vector extensions) and `avx2` exist on every x86-64 machine. Grokking
 is chaotic (its loss spikes), so the numbers move between regimes; a verdict must not. Where rounding could
-decide it, the chapter's rules must say *undecided* (`coreinv.results.share_verdict`), not holds or fails.
+decide it, the chapter's rules must say *undecided* (`coreinv.verdicts.share_verdict`), not holds or fails.
 
 The first regime is this session's nbval run of the chapter at `ci` (the machine's own kernels, recorded in
-its results' `machine`); the second is `tools/grokking_regimes.py` at `ci` under `default`, or under `avx2`
-when the first ran `default`, with an empty model cache of its own. Only verdicts are compared. At `ci` the
+its results' `machine`); the second is `tools/regimes.py` for this chapter at `ci` under `default`, or under
+`avx2` when the first ran `default`, with an empty model cache of its own. (`make publish` runs every chapter at
+`book` under `default` with the same tool; the scorecard shows that table.) Only verdicts are compared. At `ci` the
 chapter trains one seed, so its per-seed claims are undecided by the share rule under any kernels (one seed
 cannot put a Wilson interval on either side of 1/2); what can move here is `groks` (every seed), `inflation`'s
 testability and the scaling sweep's `alpha` and `beta`. The `book` run's table is in the chapter.
@@ -41,15 +42,15 @@ def regime_runs(tmp_path_factory, nbval_chapter):
         res = json.loads((tmp / "results" / "ci" / f"{CHAPTER}.json").read_text())
     native = CAPABILITY[res["machine"]["cpu_capability"]]
     other = "avx2" if native == "default" else "default"
-    out = tmp / "regimes.json"
-    r = run([sys.executable, str(REPO / "tools" / "grokking_regimes.py"), other, "--preset", "ci", "--out", str(out)],
+    r = run([sys.executable, str(REPO / "tools" / "regimes.py"), other, "--chapters", CHAPTER, "--preset", "ci",
+             "--out", str(tmp / "regimes"), "--cache", str(tmp / "regime-cache")],
             env={"PYTHONPATH": _pythonpath()}, timeout=3600)
     assert r.returncode == 0, r.stdout[-4000:]
-    second = json.loads(out.read_text())[other]
+    second = json.loads((tmp / "regimes" / f"{CHAPTER}.json").read_text())[other]
     assert CAPABILITY[second["machine"]["cpu_capability"]] == other, \
         f"ATEN_CPU_CAPABILITY={other} did not take: the run reports {second['machine']['cpu_capability']}"
     return {native: {c["id"]: claim_status(c) for c in res["claims"]},
-            other: {cid: c["status"] for cid, c in second["claims"].items()}}
+            other: {c["id"]: claim_status(c) for c in second["claims"]}}
 
 
 def _copy(tmp):

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from coreinv.results import (chapter_notebook, load_results, notebook_hash, provenance, stale_results,
-                             write_results)
+from coreinv.results import (chapter_notebook, load_results, notebook_hash, provenance, regime_rows,
+                             stale_results, write_results)
 from helpers import REPO
 
 
@@ -16,6 +16,19 @@ def test_committed_book_results_come_from_the_current_code():
     stale = stale_results("book", REPO / "results", source=REPO)
     assert not stale, ("committed results/book/ are older than their code; re-run `make publish`:\n"
                        + "\n".join(f"  {c}: {why}" for c, why in stale))
+
+
+def test_committed_regime_records_are_current_and_flip_nothing():
+    """`make publish` runs every chapter again under the other float kernels (tools/regimes.py): each chapter has
+    that record, made by the code that made its results, and no claim goes from holds to does not hold (or pass
+    to FAIL) between the two; a claim that changes state otherwise is named on the scorecard."""
+    rows = regime_rows("book", REPO / "results", REPO / "results" / "book" / "regimes")
+    missing = set(load_results("book", REPO / "results")) - {r["chapter"] for r in rows}
+    assert not missing, f"no record under the other float kernels for {sorted(missing)}: re-run `make publish`"
+    old = sorted({r["chapter"] for r in rows if not r["current"]})
+    assert not old, f"the records under the other float kernels of {old} are of other code: re-run `make publish`"
+    flipped = [(r["id"], r["here"], r["other"]) for r in rows if r["flipped"]]
+    assert not flipped, f"verdicts that rounding decides (here, under {rows[0]['capability_other']}): {flipped}"
 
 
 def _write(root, chapter="markov"):

@@ -142,7 +142,7 @@ def run(path: Path, timeout: int = 3600) -> None:
 
 
 def publish(cache: Path, results: Path) -> None:
-    "Merge the outputs a `make book` run cached into nbs/, and copy its results (and answer figures) to results/book/."
+    "Merge the outputs a `make book` run cached into nbs/, and copy its results (answer figures, regimes) to results/book/."
     from jupyter_cache import get_cache
     jc = get_cache(cache)
     for path in notebooks():
@@ -161,9 +161,12 @@ def publish(cache: Path, results: Path) -> None:
         print(f"outputs  {path.relative_to(REPO)}")
     dest = REPO / "results" / "book"
     dest.mkdir(parents=True, exist_ok=True)
-    for f in sorted([*Path(results).glob("*.json"), *Path(results).glob("*.png")]):  # claims, answer figures
-        shutil.copy2(f, dest / f.name)
-        print(f"results  {(dest / f.name).relative_to(REPO)}")
+    for f in sorted([*Path(results).glob("*.json"), *Path(results).glob("*.png"),  # claims, answer figures,
+                     *Path(results).glob("regimes/*.json")]):                      # claims under other kernels
+        to = dest / f.relative_to(results)
+        to.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(f, to)
+        print(f"results  {to.relative_to(REPO)}")
 
 
 def chapters_in_toc(toc: Path) -> list[str]:

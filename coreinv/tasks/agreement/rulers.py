@@ -21,10 +21,10 @@ from .language import CONSTRUCTIONS, MinimalPair, default_lexicon
 from .corpus import CannotLabel, VerbLabel, _Parser, _words, label
 from .axis import AgreementModel, _generate, _signs, margins
 
-
 # %% auto #0
-__all__ = ['UNTRAINED', 'subject_index', 'subject_starts', 'retention', 'construction_groups', 'ablation_scores', 'necessary_k',
-           'choose_layer', 'partial_labels', 'flip_first_verb', 'axis_spearman', 'spearman_vs_label']
+__all__ = ['UNTRAINED', 'subject_index', 'subject_starts', 'retention', 'construction_groups', 'accuracy_bands',
+           'ablation_scores', 'necessary_k', 'choose_layer', 'partial_labels', 'flip_first_verb', 'axis_spearman',
+           'spearman_vs_label']
 
 # %% ../../../nbs/28_agreement_rulers.ipynb #37e06c7b
 UNTRAINED = ("within_obj_rc",)
@@ -101,7 +101,8 @@ def retention(intact: np.ndarray, ablated: np.ndarray, signs: np.ndarray, groups
     Per group g: mean(s · ablated) / mean(s · intact) over its pairs (s = +1 for a singular subject,
     −1 for a plural one): 1 = the margin is kept, 0 = gone on average, < 0 = reversed. The
     interval resamples the pairs within each group (the same draw for the intact and the ablated
-    margins) and is the 95% percentile interval of the ratio, and of the mean of the ratios over groups.
+    margins) and is the 95% percentile interval of the ratio, and of the mean of the ratios over groups;
+    a resample whose intact signed margin is not positive has no ratio and is left out.
 
     Parameters
     ----------
@@ -132,13 +133,13 @@ def retention(intact: np.ndarray, ablated: np.ndarray, signs: np.ndarray, groups
         if len(ix) == 0 or np.mean(s[ix] * a[ix]) <= 0:
             raise ValueError(f"group {g!r} is empty or its intact signed margin is not positive: retention undefined")
         sa, sb = s[ix] * a[ix], s[ix] * b[ix]
-        boot = sb[idx[g]].mean(1) / np.maximum(sa[idx[g]].mean(1), 1e-12)
-        lo, hi = np.percentile(boot, [2.5, 97.5])
+        den = sa[idx[g]].mean(1)                            # a resample with no intact margin has no retention
+        boot = np.where(den > 0, sb[idx[g]].mean(1) / np.where(den > 0, den, 1.0), np.nan)
+        lo, hi = np.nanpercentile(boot, [2.5, 97.5])
         by[g] = dict(mean=float(sb.mean() / sa.mean()), lo=float(lo), hi=float(hi))
         draws.append(boot)
-    lo, hi = np.percentile(np.mean(draws, 0), [2.5, 97.5])
+    lo, hi = np.nanpercentile(np.mean(draws, 0), [2.5, 97.5])
     return dict(by=by, mean=float(np.mean([v["mean"] for v in by.values()])), lo=float(lo), hi=float(hi))
-
 
 # %% ../../../nbs/28_agreement_rulers.ipynb #ec434a00
 def construction_groups(pairs: Sequence[MinimalPair], skip: Sequence[str] = UNTRAINED) -> dict:
@@ -158,6 +159,54 @@ def construction_groups(pairs: Sequence[MinimalPair], skip: Sequence[str] = UNTR
     out = {c: np.array([i for i, p in enumerate(pairs) if p.construction == c]) for c in names}
     return {c: ix for c, ix in out.items() if len(ix)}
 
+
+# %% ../../../nbs/28_agreement_rulers.ipynb #93fd5ebd
+def accuracy_bands(intact: np.ndarray, ablated: np.ndarray, signs: np.ndarray, groups: dict, n_boot: int = 1000,
+                   seed: int = 0) -> dict:
+    """Mean accuracy with an ablation, and its share of the intact accuracy, with bootstrap intervals.
+
+    Per group g: acc_g = share of its pairs with s · ablated > 0, share_g = acc_g over the same share
+    with s · intact > 0; both are averaged over the groups. The interval resamples the pairs within each
+    group (`retention`'s draws at the same `seed`) and is the 95% percentile interval of the mean.
+
+    Parameters
+    ----------
+    intact, ablated : ndarray [N]
+        Singular − plural margins (`margins`), intact and with the ablation.
+    signs : ndarray [N] of ±1
+    groups : dict name → index array
+    n_boot : int
+    seed : int
+
+    Returns
+    -------
+    dict with `acc` and `share`, each {"mean", "lo", "hi"}
+
+    Raises
+    ------
+    ValueError
+        If the arrays differ in length, or a group is empty or has no intact pair right.
+    """
+    a, b, s = (np.asarray(v, float) for v in (intact, ablated, signs))
+    if not a.shape == b.shape == s.shape or a.ndim != 1:
+        raise ValueError(f"intact, ablated and signs must be equal 1-D arrays, got {a.shape}, {b.shape}, {s.shape}")
+    idx = _boot_idx(groups, n_boot, seed)
+    acc, share, d_acc, d_share = [], [], [], []
+    for g, ix in groups.items():
+        ix = np.asarray(ix)
+        if len(ix) == 0 or not (s[ix] * a[ix] > 0).any():
+            raise ValueError(f"group {g!r} is empty or its intact accuracy is 0: the share is undefined")
+        ok_a, ok_b = (s[ix] * a[ix] > 0).astype(float), (s[ix] * b[ix] > 0).astype(float)
+        acc.append(float(ok_b.mean()))
+        share.append(float(ok_b.mean()) / float(ok_a.mean()))
+        ba, bb = ok_a[idx[g]].mean(1), ok_b[idx[g]].mean(1)                # [n_boot]
+        d_acc.append(bb)
+        d_share.append(np.where(ba > 0, bb / np.where(ba > 0, ba, 1.0), np.nan))
+    out = {}
+    for key, point, draws in (("acc", acc, d_acc), ("share", share, d_share)):
+        lo, hi = np.nanpercentile(np.mean(draws, 0), [2.5, 97.5])
+        out[key] = dict(mean=float(np.mean(point)), lo=float(lo), hi=float(hi))
+    return out
 
 # %% ../../../nbs/28_agreement_rulers.ipynb #d1a0d0be
 def ablation_scores(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str, core: Core | None, mode: str,
@@ -189,7 +238,9 @@ def ablation_scores(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str,
     dict with `acc` (construction → accuracy, every construction), `acc_mean` (mean over the
     constructions of `construction_groups`, i.e. without `UNTRAINED`, and above `min_intact`),
     `retained` (`retention` over those constructions), `retained_untrained` (construction →
-    retained margin, for `UNTRAINED`) and `excluded` (the constructions below `min_intact`)
+    retained margin, for `UNTRAINED`), `excluded` (the constructions below `min_intact`), and
+    `acc_band` and `acc_share` (`accuracy_bands` over the constructions of `acc_mean`: the mean accuracy
+    and its share of the intact accuracy, with intervals)
 
     Raises
     ------
@@ -208,9 +259,10 @@ def ablation_scores(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str,
     acc = {c: float(ok[ix].mean()) for c, ix in allg.items()}
     apart = {c: float(np.mean(s[ix] * m[ix]) / np.mean(s[ix] * intact[ix])) for c, ix in allg.items()
              if c in UNTRAINED and c not in low}
+    bands = accuracy_bands(intact, m, s, groups, n_boot, seed)
     return dict(acc=acc, acc_mean=float(np.mean([acc[c] for c in groups])),
-                retained=retention(intact, m, s, groups, n_boot, seed), retained_untrained=apart, excluded=low)
-
+                retained=retention(intact, m, s, groups, n_boot, seed), retained_untrained=apart, excluded=low,
+                acc_band=bands["acc"], acc_share=bands["share"])
 
 # %% ../../../nbs/28_agreement_rulers.ipynb #1f226b49
 def necessary_k(am: AgreementModel, pairs: Sequence[MinimalPair], hook: str, ace: ACE, starts: np.ndarray | None,

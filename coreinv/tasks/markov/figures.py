@@ -6,6 +6,8 @@
 from __future__ import annotations
 
 import numpy as np
+import torch
+import torch.nn.functional as F
 
 from . import (entropy_rate, nontrivial_eigenvalues, rank_k_kl, stationary_distribution,
                                   unigram_kl)
@@ -13,7 +15,8 @@ from . import (entropy_rate, nontrivial_eigenvalues, rank_k_kl, stationary_distr
 # %% auto #0
 __all__ = ['PAIR_COLUMNS', 'keep_cost', 'remove_share', 'spread', 'plot_answer', 'chain_table', 'plot_training', 'training_table',
            'plot_singular_values', 'spectrum_table', 'plot_sweep', 'ablation_table', 'plot_core_eigenvalues',
-           'eig_error_table', 'plot_seed_pairs', 'summarise_pairs', 'pair_table', 'plot_merge']
+           'eig_error_table', 'plot_seed_pairs', 'summarise_pairs', 'pair_table', 'pair_interval', 'plot_merge',
+           'sequence_losses', 'merge_gap']
 
 # %% ../../../nbs/21_markov_figures.ipynb #1cdaca28
 def keep_cost(report, k: int, method: str = "ace") -> float:
@@ -483,6 +486,58 @@ def pair_table(summary: dict, same: list) -> str:
     rows.append(["overlap, one model fitted twice (control)", *(_num(f(same), ".4f") for f in (np.mean, min, max))])
     return _md_table(["over seed pairs", "mean", "min", "max"], rows)
 
+# %% ../../../nbs/21_markov_figures.ipynb #34ba7dcb
+def pair_interval(rows: list, column: str, level: float = 0.95, n_boot: int = 2000, seed: int = 0) -> dict:
+    """The mean over seed pairs of one quantity, with a percentile bootstrap interval over seeds.
+
+    Parameters
+    ----------
+    rows : list of dict
+        One per pair of seeds of one chain, with `chain`, `pair` (i, j) and `column`.
+    column : str
+        The quantity, e.g. "cca_core" or "overlap_core".
+    level : float
+        The interval's level.
+    n_boot : int
+        Bootstrap replicates; a replicate in which every chain drew a single seed has no pair and is
+        skipped.
+    seed : int
+        Seed of the bootstrap's own generator (the run's other random draws are not touched).
+
+    Returns
+    -------
+    dict
+        `mean` (over all pairs), `lo`, `hi` (the interval), `n_pairs`, `n_seeds` (per chain, the most).
+
+    Raises
+    ------
+    ValueError
+        If `rows` is empty, a row lacks a key, or the level is not in (0, 1).
+    """
+    if not rows or not 0 < level < 1:
+        raise ValueError(f"need at least one pair and 0 < level < 1, got {len(rows)} pairs, level {level}")
+    missing = [k for k in ("chain", "pair", column) if k not in rows[0]]
+    if missing:
+        raise ValueError(f"each row needs the keys chain, pair and {column!r}; missing {missing}")
+    value = {(r["chain"], *sorted(r["pair"])): float(r[column]) for r in rows}
+    seeds = {}
+    for chain, i, j in value:
+        seeds.setdefault(chain, set()).update((i, j))
+    seeds = {c: np.array(sorted(s)) for c, s in seeds.items()}
+    rng = np.random.default_rng(seed)
+    boots = []
+    for _ in range(n_boot):
+        vals = []
+        for chain, s in seeds.items():
+            drawn = s[rng.integers(0, len(s), len(s))]                # [n_seeds]
+            vals += [value[chain, min(a, b), max(a, b)] for x, a in enumerate(drawn)
+                     for b in drawn[x + 1:] if a != b and (chain, min(a, b), max(a, b)) in value]
+        if vals:
+            boots.append(np.mean(vals))
+    lo, hi = np.quantile(boots, [(1 - level) / 2, (1 + level) / 2])
+    return dict(mean=float(np.mean(list(value.values()))), lo=float(lo), hi=float(hi), n_pairs=len(value),
+                n_seeds=max(len(s) for s in seeds.values()))
+
 # %% ../../../nbs/21_markov_figures.ipynb #17f4163f
 def plot_merge(ax, alphas, merge: dict, T: np.ndarray):
     """Cross-entropy along the interpolation from model A (α = 0) to B (α = 1), one curve per kind of merge.
@@ -510,3 +565,59 @@ def plot_merge(ax, alphas, merge: dict, T: np.ndarray):
            title="Interpolating two seeds' weights")
     ax.legend(fontsize=9)
     return ax
+
+# %% ../../../nbs/21_markov_figures.ipynb #8ee18d11
+def sequence_losses(model: torch.nn.Module, tokens) -> np.ndarray:
+    """Each sequence's mean next-token cross-entropy (positions 0 … L−2 against x₁ … x_{L−1}), in nats.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        Maps tokens [batch, pos] to logits [batch, pos, n].
+    tokens : LongTensor [batch, pos]
+
+    Returns
+    -------
+    ndarray [batch]
+        float64; their mean is `markov_metrics`' `eval_loss` (up to rounding).
+    """
+    with torch.no_grad():
+        logits = model(tokens)                                      # [batch, pos, n]
+        ce = F.cross_entropy(logits[:, :-1].transpose(1, 2), tokens[:, 1:], reduction="none")  # [batch, pos-1]
+    return ce.double().mean(1).cpu().numpy()
+
+
+def merge_gap(aligned, naive, level: float = 0.95, n_boot: int = 2000, seed: int = 0) -> dict:
+    """Worst loss along α of the aligned merge minus that of the naive one, with a paired bootstrap over sequences.
+
+    Parameters
+    ----------
+    aligned, naive : array [n_alpha, n_seq]
+        `sequence_losses` of each merged model, a row per α, on the same sequences.
+    level : float
+        The interval's level.
+    n_boot : int
+        Bootstrap replicates.
+    seed : int
+        Seed of the bootstrap's own generator.
+
+    Returns
+    -------
+    dict
+        `worst_aligned`, `worst_naive` (max over α of the mean over sequences), `gap` (their difference),
+        `lo`, `hi` (its interval).
+
+    Raises
+    ------
+    ValueError
+        If the shapes differ or are not 2-d, or the level is not in (0, 1).
+    """
+    a, b = np.asarray(aligned, dtype=np.float64), np.asarray(naive, dtype=np.float64)
+    if a.ndim != 2 or a.shape != b.shape or not 0 < level < 1:
+        raise ValueError(f"aligned {a.shape} and naive {b.shape} must both be [n_alpha, n_seq], "
+                         f"and 0 < level < 1 (got {level})")
+    idx = np.random.default_rng(seed).integers(0, a.shape[1], (n_boot, a.shape[1]))   # [n_boot, n_seq]
+    worst = lambda x: x[:, idx].mean(-1).max(0)                     # [n_boot]
+    lo, hi = np.quantile(worst(a) - worst(b), [(1 - level) / 2, (1 + level) / 2])
+    wa, wb = float(a.mean(1).max()), float(b.mean(1).max())
+    return dict(worst_aligned=wa, worst_naive=wb, gap=wa - wb, lo=float(lo), hi=float(hi))

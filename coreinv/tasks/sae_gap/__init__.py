@@ -13,14 +13,13 @@ from tqdm.auto import tqdm
 
 from ...dictionaries import (IdentityDictionary, PCADictionary, RandomFourierDictionary,
                                   RandomProjectionDictionary, SAEDictionary, SpectralDictionary)
-from ...heldout import capped_directions
+from ...heldout import capped_directions, resample_windows
 from ...invariance import (BasisChange, LeastSquaresRealisation, SparseReLUDictionary, cv_ridge_readout,
-                                gap_cut, leading_mode_indices, rate_fit, removed_rms, restricted_edit,
+                                gap_cut, leading_mode_indices, rate_fit, removed_rms, restricted_edit, split_rows,
                                 span_residual)
 from ...koopman import EDMDc
 from ...sae import SparseAutoencoder, sae_metrics
-from ...spectra import depth_effects, project_out, spectral_distance
-
+from ...spectra import depth_signals, project_out, signal_effect, spectral_distance
 
 # %% auto #0
 __all__ = ['windows', 'lm_loss', 'trigram_loss', 'sae_dictionary', 'dictionary_roster', 'fit_on', 'roster_residuals', 'gap_table',
@@ -417,7 +416,8 @@ def rate_summary(rate: Mapping) -> dict:
 
 
 # %% ../../../nbs/37_tasks_sae_gap.ipynb #54c4f05a
-def seed_spectra(dictionaries: Sequence, X, U, Y, train, test, r: int, spread: float = 1.0) -> dict:
+def seed_spectra(dictionaries: Sequence, X, U, Y, train, test, r: int, spread: float = 1.0,
+                 n_boot: int = 0, groups=None, seed: int = 0) -> dict:
     """How far two seeds' spectra lie apart, beside the split-half floor and a change of basis.
 
     Parameters
@@ -430,6 +430,14 @@ def seed_spectra(dictionaries: Sequence, X, U, Y, train, test, r: int, spread: f
         The top r eigenvalues are compared (`spectral_distance`).
     spread : float
         The log-spread of the random change of basis (`BasisChange`).
+    n_boot : int
+        Also the floor and the cross-seed distance on this many bootstrap resamples: whole `groups` drawn
+        with replacement, train rows from the train rows' groups and test rows from the test rows'
+        (the dictionaries stay as fitted). 0: none.
+    groups : array [m], optional
+        Group label per row of X (e.g. its window); default: each row its own.
+    seed : int
+        Of the resampling.
 
     Returns
     -------
@@ -437,15 +445,29 @@ def seed_spectra(dictionaries: Sequence, X, U, Y, train, test, r: int, spread: f
         `basis`: seed 0 on the train rows against the same dictionary in another basis (≈ 0 by
         construction: a check of the code); `floor`: seed 0 on the train rows against seed 0 on the
         test rows; `cross_seed`: seed 0 on the train rows against seed 1 on the test rows; `fit_train`:
-        seed 0's `EDMDc` on the train rows.
+        seed 0's `EDMDc` on the train rows. With `n_boot`: `boot`, the floor, the cross-seed distance and
+        their ratio per resample; `ratio_noise`, the resamples' RMS deviation from the ratio on all the rows
+        (their spread and their bias together, as `nonnormality`'s noise); and `ratio_ci`, the ratio
+        ± 1.96 × that noise.
     """
     a, b = dictionaries
     other = BasisChange(a, seed=1, spread=spread).fit(X[train])
     a_tr, a_te = fit_on(a, X, U, Y, train), fit_on(a, X, U, Y, test)
-    return dict(basis=spectral_distance(a_tr, fit_on(other, X, U, Y, train), k=r),
-                floor=spectral_distance(a_tr, a_te, k=r),
-                cross_seed=spectral_distance(a_tr, fit_on(b, X, U, Y, test), k=r), fit_train=a_tr)
-
+    out = dict(basis=spectral_distance(a_tr, fit_on(other, X, U, Y, train), k=r),
+               floor=spectral_distance(a_tr, a_te, k=r),
+               cross_seed=spectral_distance(a_tr, fit_on(b, X, U, Y, test), k=r), fit_train=a_tr)
+    if n_boot:
+        rng, floor, cross = np.random.default_rng(seed), [], []
+        for _ in range(n_boot):
+            tr_b, te_b = (resample_windows(rows, groups, rng) for rows in (train, test))
+            a_b = fit_on(a, X, U, Y, tr_b)
+            floor.append(spectral_distance(a_b, fit_on(a, X, U, Y, te_b), k=r))
+            cross.append(spectral_distance(a_b, fit_on(b, X, U, Y, te_b), k=r))
+        ratio, point = np.array(cross) / np.array(floor), out["cross_seed"] / out["floor"]
+        noise = float(np.sqrt(np.mean((ratio - point) ** 2)))
+        out.update(boot=dict(floor=floor, cross_seed=cross, ratio=ratio.tolist()), ratio_noise=noise,
+                   ratio_ci=[point - 1.96 * noise, point + 1.96 * noise])
+    return out
 
 # %% ../../../nbs/37_tasks_sae_gap.ipynb #3b91c93d
 def rff_spectral(X, U, Y, rows, r: int, n_rff: int, seed: int) -> SpectralDictionary:
@@ -468,7 +490,7 @@ def rff_spectral(X, U, Y, rows, r: int, n_rff: int, seed: int) -> SpectralDictio
 
 # %% ../../../nbs/37_tasks_sae_gap.ipynb #049d83e4
 def intervention_effects(model, tokens, margin, X, U, Y, layer: int, depths, k_remove: int, r_modes: int,
-                         n_random: int) -> dict:
+                         n_random: int, n_boot: int = 0, seed: int = 0) -> dict:
     """Remove k real directions entering block `layer` and read a task margin d blocks later, for three kinds of direction.
 
     The directions are the leading Koopman modes of an EDMDc fit on the top `r_modes` principal
@@ -492,13 +514,19 @@ def intervention_effects(model, tokens, margin, X, U, Y, layer: int, depths, k_r
         As in `depth_effects`.
     k_remove, r_modes, n_random
         Leading modes asked for, the PCA dictionary's size, random subspaces.
+    n_boot, seed : int
+        Resamples of the prompts (with replacement, one set shared by every kind of removal) for the
+        intervals of `diff_ci`; 0: none.
 
     Returns
     -------
     dict
         `effects` (name -> d -> effect; random: the mean over subspaces), `random_sd` (d -> sd),
         `per_unit_removed` (each effect over the RMS the removal takes from the calibration states),
-        `removed` (that RMS), `readout` (per depth: ridge and held-out R²), `k` and `modes`.
+        `removed` (that RMS), `readout` (per depth: ridge and held-out R²), `k` and `modes`. With
+        `n_boot`: `diff_ci`, 95% percentile intervals over the prompt resamples of the differences
+        "modes − random" and "PCs − modes" per depth, and "gap near − far": (PCs − modes) at the first depth
+        minus at the last.
     """
     n_l, T = model.cfg.n_layers, tokens.shape[1]
     _, cache = model.run_with_cache(tokens)
@@ -518,14 +546,28 @@ def intervention_effects(model, tokens, margin, X, U, Y, layer: int, depths, k_r
     removed = {name: removed_rms(e, X) for name, e in raw.items()}
     rand_removed = [removed_rms(e, X) for e in rand_e]
     removed["random"] = float(np.mean(rand_removed))
-    effects = {name: depth_effects(model, tokens, layer, restricted_edit(e, T), readout, depths)
-               for name, e in raw.items()}
-    rand = [depth_effects(model, tokens, layer, restricted_edit(e, T), readout, depths) for e in rand_e]
+    sig = {name: depth_signals(model, tokens, layer, restricted_edit(e, T), readout, depths)
+           for name, e in raw.items()}
+    rand_sig = [depth_signals(model, tokens, layer, restricted_edit(e, T), readout, depths) for e in rand_e]
+    eff = lambda sg, rows=None: {d: signal_effect(*sg[d], rows=rows) for d in depths}
+    effects = {name: eff(sg) for name, sg in sig.items()}
+    rand = [eff(sg) for sg in rand_sig]
     effects["random"] = {d: float(np.mean([r[d] for r in rand])) for d in depths}
     per_norm = {name: {d: v / removed[name] for d, v in e.items()} for name, e in effects.items() if name != "random"}
     per_norm["random"] = {d: float(np.mean([r[d] / n for r, n in zip(rand, rand_removed)])) for d in depths}
-    return dict(effects=effects, random_sd={d: float(np.std([r[d] for r in rand])) for d in depths},
-                per_unit_removed=per_norm, removed=removed, readout=probe, k=k, modes=idx)
+    out = dict(effects=effects, random_sd={d: float(np.std([r[d] for r in rand])) for d in depths},
+               per_unit_removed=per_norm, removed=removed, readout=probe, k=k, modes=idx)
+    if n_boot:
+        rng, n, mr, pm = np.random.default_rng(seed), len(tokens), [], []
+        for _ in range(n_boot):
+            rows = rng.integers(0, n, n)
+            m, p, rnd = eff(sig["Koopman modes"], rows), eff(sig["top PCs"], rows), [eff(sg, rows) for sg in rand_sig]
+            mr.append([m[d] - np.mean([r_[d] for r_ in rnd]) for d in depths])
+            pm.append([p[d] - m[d] for d in depths])
+        pct = lambda v: np.percentile(np.asarray(v), [2.5, 97.5], axis=0).T.tolist()  # [depth][lo, hi], or [lo, hi]
+        out["diff_ci"] = {"modes − random": dict(zip(depths, pct(mr))), "PCs − modes": dict(zip(depths, pct(pm))),
+                          "gap near − far": pct(np.array(pm)[:, 0] - np.array(pm)[:, -1])}   # pm: [n_boot, depth]
+    return out
 
 # %% ../../../nbs/37_tasks_sae_gap.ipynb #bddcaa17
 def penalty_table(X, U, Y, train, test, runs, r: int, *, ce=None, fitted: Mapping | None = None,

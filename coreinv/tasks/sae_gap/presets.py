@@ -22,6 +22,9 @@ _sae_model = dict(n_layers=4, d_model=64, n_heads=4, n_ctx=48, layer=2, edit_lay
                   # a second LM (another initialisation seed) for identifiability across models; the
                   # penalty scored on this many SAE seeds
                   lm_seed_b=1, n_penalty_seeds=2)
+# The noise of the claims read near a threshold (verdicts must not move with rounding): the seed
+# spectra's ratio over n_boot_spectra bootstrap resamples of whole windows, the interventions' differences over
+# n_boot_prompts resamples of the prompts, the first mode/PC angle over the n_boot resamples of `nonnormality`.
 _sae_thr = dict(thr_update=1e-4, thr_model=1.1, thr_gap=2.0, thr_rule=1.5, thr_share=0.8,
                 thr_spectra=2.0, thr_noise=3.0, thr_angle=0.3, thr_closed=0.5, thr_basis=0.01)
 # A pretrained LM (coreinv.pretrained) measured by the same code, on State of the Union text
@@ -44,19 +47,21 @@ _sae_real_sizes = dict(
 SIZES = Presets("sae_gap",
                 ci=_sae_model | dict(n_sentences=5000, lm_steps=300, lm_batch=32, n_held_sentences=2000,
                                      n_windows=48, n_seeds=2, sae_steps=600, Ms=(1000, 2000, 4000, 8000),
-                                     n_splits=4, n_boot=8, n_random=3, lambdas=(0.0, 1.0),
+                                     n_splits=4, n_boot=8, n_random=3, n_boot_spectra=4, n_boot_prompts=200,
+                                     lambdas=(0.0, 1.0),
                                      Ms_layer=(400, 800, 1600), n_splits_rate=8, n_dict_seeds=2)
                    | _sae_thr | dict(thr_model=1.5) | _sae_real | _sae_real_sizes["ci"],
                 book=_sae_model | dict(n_sentences=20000, lm_steps=1000, lm_batch=32,
                                        n_held_sentences=4000, n_windows=192, n_seeds=3, sae_steps=1500,
-                                       Ms=(1500, 3000, 6000, 12000, 24000), n_splits=8, n_boot=20,
-                                       n_random=10, lambdas=(0.0, 0.3, 1.0, 3.0),
+                                       Ms=(1500, 3000, 6000, 12000, 24000), n_splits=8, n_boot=20, n_boot_spectra=20,
+                                       n_random=10, n_boot_prompts=1000, lambdas=(0.0, 0.3, 1.0, 3.0),
                                        Ms_layer=(1000, 2000, 4000, 8000), n_splits_rate=30,
                                        n_dict_seeds=2) | _sae_thr | _sae_real | _sae_real_sizes["book"],
                 paper=_sae_model | dict(n_sentences=50000, lm_steps=5000, lm_batch=64,
                                         n_held_sentences=8000, n_windows=256, n_seeds=5, sae_steps=5000,
                                         Ms=(2000, 4000, 8000, 16000, 32000, 48000), n_splits=10,
-                                        n_boot=50, n_random=20, lambdas=(0.0, 0.1, 0.3, 1.0, 3.0, 10.0),
+                                        n_boot=50, n_boot_spectra=50, n_random=20, n_boot_prompts=2000,
+                                        lambdas=(0.0, 0.1, 0.3, 1.0, 3.0, 10.0),
                                         Ms_layer=(1500, 3000, 6000, 12000), n_splits_rate=50,
                                         n_dict_seeds=5)
                    | _sae_thr | _sae_real | _sae_real_sizes["paper"])
