@@ -112,19 +112,21 @@ RULES = {
                                            and m["untrained"] < S["thr_learned"]),
         "agreement.one_dim": lambda m, S: max(m["ratio"].values()) <= S["thr_one_dim"],
         # issue 24: keep/remove act from the subject on; margins are signed and retained (1 = kept, 0 = gone)
+        # the model's part from its 95% bootstrap intervals over pairs (accuracy share, retained margin; necessity:
+        # one of the two at chance suffices); the random direction's verdict must be "fails" (its control)
         "agreement.sufficient": lambda m, S: (
-            all(m["acc"][n] >= S["thr_sufficient"] and m["margin_lo"][n] >= S["thr_keep_margin"] for n in m["acc"])
-            and all(m["random_acc"][n] < S["thr_sufficient"] or m["random_margin_lo"][n] < S["thr_keep_margin"]
-                    for n in m["acc"])),
+            all(m["acc_interval"][n][0] >= S["thr_sufficient"] and m["margin_interval"][n][0] >= S["thr_keep_margin"]
+                for n in m["acc"])
+            and all(v == "fails" for v in m["random_verdict"].values())),
         "agreement.necessary": lambda m, S: (
-            all(k == 1 for k in m["k"].values())
-            and all(m["random_acc"][n] > S["thr_necessary"] and m["random_margin"][n] > S["thr_margin"]
-                    for n in m["k"])),
+            all(m["acc_interval"][n][1] <= S["thr_necessary"] or m["margin_interval"][n][1] <= S["thr_margin"]
+                for n in m["k"])
+            and all(v == "fails" for v in m["random_verdict"].values())),
         "agreement.flip": lambda m, S: (
             all(m["ace"][k] >= S["thr_flip"] * m["ceiling"][k] for k in m["ace"])
             and all(m["random"][k] < S["thr_flip"] * m["ceiling"][k] for k in m["ace"])),
-        "agreement.spearman": lambda m, S: (m["mean"] >= S["thr_spearman"]
-                                            and m["excess_mean"] >= S["thr_spearman_excess"]),
+        "agreement.spearman": lambda m, S: (m["interval"][0] >= S["thr_spearman"]
+                                            and m["excess_interval"][0] >= S["thr_spearman_excess"]),
         # issue 24 review: the earliest layer (the last hook, read by the unembedding, left out) whose removal leaves
         # ≤ thr_margin of the margin; upper_half holds only the models whose candidates span both halves (≥ 4
         # layers); with none, the claim is not testable and is stored as not passed
@@ -144,6 +146,10 @@ RULES["agreement"] |= {id.replace("agreement.", "agreement.pretrained."): rule
                        for id, rule in list(RULES["agreement"].items())}
 RULES["agreement"]["agreement.pretrained.spearman"] = lambda m, S: (bool(m["pairs"])
                                                                     and RULES["agreement"]["agreement.spearman"](m, S))
+# the pretrained models' accuracy on simple pairs by its Wilson interval over the pairs (the trained LMs' is the
+# required precondition, read as measured: its pairs are too few for an interval to clear 0.95)
+RULES["agreement"]["agreement.pretrained.learned"] = lambda m, S: (
+    all(lo >= S["thr_learned"] for lo, _ in m["interval"].values()) and m["untrained"] < S["thr_learned"])
 
 
 def _wilson(holds: list) -> tuple[float, float]:
