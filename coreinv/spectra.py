@@ -328,8 +328,24 @@ def depth_signals(model, tokens, layer: int, edit, readout, depths, read_pos=-1,
                   batch_size: int = 64) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """The clean and the edited task signal per prompt, d blocks after an edit entering block `layer`.
 
-    Parameters and the edit as in `depth_effects`, which reduces these signals to one effect per depth;
-    a bootstrap over prompts resamples them (`signal_effect` with `rows`).
+    `depth_effects` reduces these signals to one effect per depth; a bootstrap over prompts resamples
+    them (`signal_effect` with `rows`).
+
+    Parameters
+    ----------
+    model : HookedTransformer
+    tokens : int Tensor [batch, pos]
+    layer : int
+        The edit replaces `blocks.{layer}.hook_resid_pre` at every position.
+    edit : callable
+        ndarray [n, D] → ndarray [n, D].
+    readout : dict int → callable, or callable
+        callable [n, D] → [n] per depth, or one callable (H, d) → [n].
+    depths : sequence of int
+        d ≥ 1 with layer + d ≤ n_layers.
+    read_pos : int
+        The position read.
+    batch_size : int
 
     Returns
     -------
@@ -370,6 +386,17 @@ def depth_signals(model, tokens, layer: int, edit, readout, depths, read_pos=-1,
 
 def signal_effect(clean, edited, rows=None) -> float:
     """RMS(edited − clean) / sd(clean) over the prompts `rows` (default: all; repeats allowed, for a bootstrap).
+
+    Parameters
+    ----------
+    clean, edited : ndarray [n]
+        One depth's signals (`depth_signals`).
+    rows : int array, optional
+        The prompts to average over.
+
+    Returns
+    -------
+    float
 
     Raises
     ------

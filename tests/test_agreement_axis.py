@@ -183,24 +183,28 @@ def test_chapter_rules_fail_on_controls():
     from coreinv.tasks.agreement.presets import SIZES
     R, S = RULES["agreement"], dict(SIZES.at())
     good = {"agreement.learned": dict(simple=dict(a=1.0), untrained=0.5),
-            "agreement.sufficient": dict(acc=dict(a=1.0), margin_lo=dict(a=0.8), random_acc=dict(a=0.5),
-                                         random_margin_lo=dict(a=0.0)),
-            "agreement.necessary": dict(k=dict(a=1), margin=dict(a=0.02), random_acc=dict(a=0.95),
-                                        random_margin=dict(a=0.9)),
+            # sufficient, necessary and spearman read 95% intervals; the random direction's own three-state
+            # verdict must be "fails"
+            "agreement.sufficient": dict(acc=dict(a=1.0), acc_interval=dict(a=[0.95, 1.0]),
+                                         margin_interval=dict(a=[0.7, 0.9]), random_verdict=dict(a="fails")),
+            "agreement.necessary": dict(k=dict(a=1), acc_interval=dict(a=[0.45, 0.55]),
+                                        margin_interval=dict(a=[-0.05, 0.05]), random_verdict=dict(a="fails")),
             "agreement.flip": dict(ace=dict(a=0.7), ceiling=dict(a=0.75), random=dict(a=0.0)),
-            "agreement.spearman": dict(mean=0.9, max=0.95, excess_mean=0.2, null_mean=0.7)}
+            "agreement.spearman": dict(interval=[0.85, 0.95], excess_interval=[0.15, 0.3])}
     for cid, m in good.items():
         assert R[cid](m, S), cid
     bad = {"agreement.learned": dict(simple=dict(a=1.0), untrained=1.0),
-           "agreement.sufficient": dict(acc=dict(a=1.0), margin_lo=dict(a=0.8), random_acc=dict(a=1.0),
-                                        random_margin_lo=dict(a=0.9)),
-           "agreement.necessary": dict(k=dict(a=1), margin=dict(a=0.02), random_acc=dict(a=0.5),
-                                       random_margin=dict(a=0.05)),
+           "agreement.sufficient": dict(acc=dict(a=1.0), acc_interval=dict(a=[0.95, 1.0]),
+                                        margin_interval=dict(a=[0.7, 0.9]), random_verdict=dict(a="holds")),
+           "agreement.necessary": dict(k=dict(a=1), acc_interval=dict(a=[0.45, 0.55]),
+                                       margin_interval=dict(a=[-0.05, 0.05]), random_verdict=dict(a="holds")),
            "agreement.flip": dict(ace=dict(a=0.7), ceiling=dict(a=0.75), random=dict(a=0.7)),
            # the label-only code: high correlation, nothing beyond the subject's number
-           "agreement.spearman": dict(mean=0.85, max=0.9, excess_mean=0.0, null_mean=0.85)}
+           "agreement.spearman": dict(interval=[0.8, 0.9], excess_interval=[-0.05, 0.05])}
     for cid, m in bad.items():
         assert not R[cid](m, S), cid
+    # an interval across the threshold is not a pass either (the chapter stores it as undecided)
+    assert not R["agreement.spearman"](dict(interval=[0.75, 0.9], excess_interval=[0.15, 0.3]), S)
     assert not R["agreement.one_dim"](dict(ratio=dict(a=0.5)), S) and R["agreement.one_dim"](dict(ratio=dict(a=0.01)), S)
     assert not R["agreement.late"](dict(upper_half=dict(a=0.0, b=0.0)), S)
 
